@@ -1,0 +1,130 @@
+"""bronze.sensor_records: one row per Kafka record, bytes untouched, with its lineage.
+
+Bronze never parses, drops or rewrites a record: a malformed value lands exactly like a
+good one, so every later layer can be rebuilt from here and every rejection traced back
+to (topic, partition, offset).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamWriter
+
+from lakehouse.kafka_source import check_reachable, resolve_bootstrap
+from lakehouse.settings import KafkaSettings, Settings
+from lakehouse.streaming import RunStats, await_query
+
+LAYER, TABLE = "bronze", "sensor_records"
+NAME = f"{LAYER}.{TABLE}"
+
+COLUMNS = """
+    topic STRING NOT NULL,
+    partition INT NOT NULL,
+    offset BIGINT NOT NULL,
+    key BINARY,
+    value BINARY,
+    kafka_timestamp TIMESTAMP,
+    kafka_timestamp_type INT,
+    headers ARRAY<STRUCT<key: STRING, value: BINARY>>,
+    ingested_at TIMESTAMP NOT NULL,
+    batch_id BIGINT NOT NULL
+"""
+
+
+def read_kafka(
+    spark: SparkSession, bootstrap: str, kafka: KafkaSettings, max_offsets_per_trigger: int
+) -> DataFrame:
+    """The Kafka source over every topic under the prefix, from the earliest offsets."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribePattern", kafka.topic_pattern)
+        .option("startingOffsets", "earliest")
+        # Never skip offsets that retention removed before we read them: fail and say so.
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
+        .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    )
+    for key, value in kafka.options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
+def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
+    """One row per Kafka record: Kafka's columns as served, plus when and in which batch."""
+    return kafka_records.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("timestampType").alias("kafka_timestamp_type"),
+        "headers",
+        F.current_timestamp().alias("ingested_at"),
+        F.lit(batch_id).cast("bigint").alias("batch_id"),
+    )
+
+
+def create_table(spark: SparkSession, path: str) -> None:
+    """Create the table if missing; append-only, so Delta itself refuses UPDATE and DELETE."""
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({COLUMNS}) USING delta "
+        "TBLPROPERTIES ('delta.appendOnly' = 'true')"
+    )
+
+
+@dataclass(frozen=True)
+class BronzeRun:
+    stats: RunStats
+    rows_by_topic: dict[str, int]
+
+
+def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> BronzeRun:
+    """Ingest to the current end of the topics (or until stopped, with `continuous`)."""
+    bootstrap = resolve_bootstrap(settings)
+    check_reachable(bootstrap)
+    path = settings.storage.table_uri(LAYER, TABLE)
+    create_table(spark, path)
+
+    query_id: list[str] = []
+    started = threading.Event()
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        # foreachBatch alone is at-least-once: a batch that wrote but did not commit its
+        # offsets runs again after a crash. The (query id, batch id) transaction makes
+        # Delta skip such a replay, which is what makes the table exactly-once.
+        started.wait()
+        (
+            to_sensor_records(batch, batch_id)
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", query_id[0])
+            .option("txnVersion", batch_id)
+            .save(path)
+        )
+
+    source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
+    writer: DataStreamWriter = (
+        source.writeStream.queryName(NAME)
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", settings.storage.checkpoint_uri(LAYER, TABLE))
+    )
+    if continuous:
+        writer = writer.trigger(processingTime=settings.bronze.trigger_interval)
+    else:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start()
+    query_id.append(str(query.id))
+    started.set()
+    stats = await_query(query, NAME)
+    return BronzeRun(stats, rows_by_topic(spark, path))
+
+
+def rows_by_topic(spark: SparkSession, path: str) -> dict[str, int]:
+    counts = spark.read.format("delta").load(path).groupBy("topic").count().collect()
+    return {row["topic"]: row["count"] for row in sorted(counts)}

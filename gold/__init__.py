@@ -1,0 +1,1 @@
+"""Gold: business-conformed aggregates over silver (see issue: gold)."""

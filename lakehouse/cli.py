@@ -1,0 +1,163 @@
+"""`lakehouse`: the command line of the project. Each subcommand is a thin entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from lakehouse.errors import LakehouseError, SettingsError
+from lakehouse.settings import Settings, load_settings
+
+DESCRIPTION = """\
+Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.
+
+Settings come from conf/base.yaml and conf/<target>.yaml; an environment variable
+LAKEHOUSE__<SECTION>__<KEY> overrides one key (e.g. LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS).
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SettingsError as error:
+        print(f"lakehouse: settings error: {error}", file=sys.stderr)
+        return 2
+    except LakehouseError as error:
+        print(f"lakehouse: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lakehouse", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument(
+        "--target", help="settings target: conf/<target>.yaml (default: $LAKEHOUSE_TARGET or local)"
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    setup = commands.add_parser("setup", help="resolve the pinned JVM jars (make setup runs it)")
+    setup.add_argument("--force", action="store_true", help="resolve again even if unchanged")
+    setup.set_defaults(handler=_setup)
+
+    kafka = commands.add_parser("kafka", help="the embedded Kafka broker (KRaft) on 127.0.0.1")
+    kafka.add_argument("action", choices=("start", "stop", "status"))
+    kafka.set_defaults(handler=_kafka)
+
+    produce = commands.add_parser(
+        "produce",
+        help="send deterministic sensor traffic, with faults on request",
+        description="Send snapshot/update/end sessions (docs/protocol.md) to one topic per "
+        "sensor and print what was sent.",
+    )
+    produce.add_argument("--seed", type=int, default=7)
+    produce.add_argument("--sensors", type=int, default=3, help="topics, one per sensor")
+    produce.add_argument("--first-sensor", type=int, default=1, help="number of the first sensor")
+    produce.add_argument("--sessions", type=int, default=4, help="sessions per sensor, overlapping")
+    produce.add_argument("--rows", type=int, default=200, help="rows in each snapshot")
+    produce.add_argument("--updates", type=int, default=100, help="updates per session")
+    produce.add_argument("--resync-every", type=int, default=0, help="fresh snapshot every N updates")
+    produce.add_argument(
+        "--rate", default="max", help="records per second, or `max` (default) for no limit"
+    )
+    produce.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="inject N faults of a kind: gap, duplicate, reorder, malformed_json, "
+        "missing_field, wrong_type, oversize, null_key (repeatable)",
+    )
+    produce.add_argument("--json", action="store_true", help="print the report as JSON")
+    produce.set_defaults(handler=_produce)
+
+    run = commands.add_parser("run", help="run a layer's job")
+    run.add_argument("layer", choices=("bronze",))
+    run.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep running on the configured trigger until Ctrl-C (default: ingest what is "
+        "there now, then stop)",
+    )
+    run.set_defaults(handler=_run)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.target)
+
+
+def _setup(args: argparse.Namespace) -> None:
+    from lakehouse import jars
+
+    jars.resolve(force=args.force)
+    print(f"JVM jars ready in {jars.JARS_DIR}")
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    from lakehouse.kafka_broker import EmbeddedKafka
+
+    broker = EmbeddedKafka.under(_settings(args).storage.local_state_dir)
+    if args.action == "start":
+        print(f"Kafka broker ready at {broker.start()} (log: {broker.log_file})")
+    elif args.action == "stop":
+        print("Kafka broker stopped" if broker.stop() else "Kafka broker was not running")
+    else:
+        address = broker.bootstrap()
+        print(f"running at {address}" if address else "not running")
+        return 0 if address else 3
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> None:
+    from lakehouse.kafka_source import check_reachable, resolve_bootstrap
+    from lakehouse.producer import TrafficSpec, produce
+
+    settings = _settings(args)
+    faults = {}
+    for item in args.fault:
+        kind, _, count = item.partition("=")
+        if not count.isdigit():
+            raise LakehouseError(f"--fault {item!r}: expected KIND=N, e.g. gap=3")
+        faults[kind] = faults.get(kind, 0) + int(count)
+    spec = TrafficSpec(
+        seed=args.seed,
+        sensors=args.sensors,
+        first_sensor=args.first_sensor,
+        sessions_per_sensor=args.sessions,
+        rows_per_snapshot=args.rows,
+        updates_per_session=args.updates,
+        resync_every=args.resync_every,
+        faults=faults,
+        topic_prefix=settings.kafka.topic_prefix,
+        partitions=settings.kafka.partitions,
+    )
+    rate = None if args.rate == "max" else float(args.rate)
+    bootstrap = resolve_bootstrap(settings)
+    check_reachable(bootstrap)
+    report = produce(spec, bootstrap, settings.kafka.options, rate, progress=not args.json)
+    print(report.to_json() if args.json else report.to_text())
+
+
+def _run(args: argparse.Namespace) -> None:
+    from bronze import sensor_records
+    from lakehouse.spark import build_spark
+
+    settings = _settings(args)
+    spark = build_spark(settings.spark, app_name=f"lakehouse-{args.layer}")
+    result = sensor_records.run(spark, settings, continuous=args.continuous)
+    total = sum(result.rows_by_topic.values())
+    print(
+        f"{sensor_records.NAME}: {total:,} records in {len(result.rows_by_topic)} topics "
+        f"(+{result.stats.input_rows:,} in {result.stats.batches} batches, "
+        f"{result.stats.seconds:.1f}s)"
+    )
+    for topic, count in result.rows_by_topic.items():
+        print(f"  {topic:<32} {count:>12,}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""An embedded Apache Kafka broker (KRaft, combined broker + controller) on 127.0.0.1.
+
+It runs from the jars `make setup` resolved, as a separate JVM with its data, log, pid and
+bootstrap address under `<local_state>/kafka/`. It exists for the demo and the tests; a
+real deployment points `kafka.bootstrap_servers` at its own cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakehouse import jars
+from lakehouse.errors import LakehouseError
+
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.console.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+"""
+
+
+@dataclass(frozen=True)
+class EmbeddedKafka:
+    """The broker whose files live in `home`; stateless itself, so any process can stop it."""
+
+    home: Path
+
+    @classmethod
+    def under(cls, local_state_dir: Path) -> EmbeddedKafka:
+        return cls(local_state_dir / "kafka")
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "broker.log"
+
+    def bootstrap(self) -> str | None:
+        """`127.0.0.1:port` while the broker runs, else None."""
+        pid = self._pid()
+        address = self.home / "bootstrap"
+        if pid is None or not address.exists():
+            return None
+        return address.read_text().strip()
+
+    def start(self, timeout_s: float = 90.0) -> str:
+        """Start the broker unless it runs; return its bootstrap address once it serves."""
+        running = self.bootstrap()
+        if running:
+            return running
+        self.home.mkdir(parents=True, exist_ok=True)
+        port, controller_port = self._ports()
+        properties = self.home / "server.properties"
+        properties.write_text(_server_properties(self.home / "data", port, controller_port))
+        (self.home / "log4j2.properties").write_text(_LOG4J2)
+        if not (self.home / "data" / "meta.properties").exists():
+            self._java("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
+                       "-c", str(properties), check=True)  # fmt: skip
+        with self.log_file.open("ab") as log:
+            process = subprocess.Popen(
+                self._java_command("kafka.Kafka", str(properties)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal must not take the broker down
+            )
+        (self.home / "broker.pid").write_text(str(process.pid))
+        address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise LakehouseError(
+                    f"Kafka broker exited with code {process.returncode} while starting; "
+                    f"see {self.log_file}"
+                )
+            if _serves(address):
+                (self.home / "bootstrap").write_text(address)
+                return address
+            time.sleep(0.25)
+        self.stop()
+        raise LakehouseError(f"Kafka broker not ready after {timeout_s:.0f}s; see {self.log_file}")
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""
+        pid = self._pid()
+        (self.home / "bootstrap").unlink(missing_ok=True)
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        (self.home / "broker.pid").unlink(missing_ok=True)
+        return True
+
+    def _pid(self) -> int | None:
+        pid_file = self.home / "broker.pid"
+        if not pid_file.exists():
+            return None
+        pid = int(pid_file.read_text())
+        return pid if _alive(pid) else None
+
+    def _ports(self) -> tuple[int, int]:
+        # A restarted broker keeps its ports, so clients and checkpoints that know the
+        # address find it again.
+        ports_file = self.home / "ports"
+        if ports_file.exists():
+            port, controller = (int(p) for p in ports_file.read_text().split())
+            if _free(port) and _free(controller):
+                return port, controller
+        port, controller = _free_port(), _free_port()
+        ports_file.write_text(f"{port} {controller}")
+        return port, controller
+
+    def _java_command(self, main_class: str, *args: str) -> list[str]:
+        classpath = os.pathsep.join(str(j) for j in jars.jars("kafka"))
+        return [
+            "java", "-Xms128m", "-Xmx512m", "-XX:+UseG1GC",
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            "-cp", classpath, main_class, *args,
+        ]  # fmt: skip
+
+    def _java(self, main_class: str, *args: str, check: bool) -> None:
+        result = subprocess.run(
+            self._java_command(main_class, *args), capture_output=True, text=True
+        )
+        if check and result.returncode != 0:
+            raise LakehouseError(f"{main_class} failed: {result.stderr.strip()[-300:]}")
+
+
+def _server_properties(data: Path, port: int, controller_port: int) -> str:
+    return f"""\
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
+log.dirs={data}
+num.partitions=3
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+"""
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of this process still answers kill(0); it is not a running broker.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serves(address: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1.0).close()
+        AdminClient({"bootstrap.servers": address, "log_level": 0}).list_topics(timeout=2.0)
+    except Exception:
+        return False
+    return True

@@ -1,0 +1,234 @@
+"""Settings: the only module that reads `conf/*.yaml` or the environment.
+
+`conf/base.yaml` holds every key; a target file (`conf/local.yaml`, `conf/cluster.yaml`)
+overrides some of them; then environment variables override single keys by path,
+`LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS=host:9092`. String values may name environment
+variables as `${NAME}` so that secrets stay out of the files. An unknown key, a wrong type
+or an unset variable is a `SettingsError` naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lakehouse import PROJECT_ROOT
+from lakehouse.errors import SettingsError
+
+ENV_PREFIX = "LAKEHOUSE__"
+TARGET_ENV = "LAKEHOUSE_TARGET"
+CONF_DIR_ENV = "LAKEHOUSE_CONF_DIR"
+EMBEDDED = "embedded"
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    master: str
+    app_name: str
+    shuffle_partitions: int
+    driver_memory: str
+    log_level: str
+    conf: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    root: str
+    """URI under which every table and checkpoint lives (`file:///…`, `s3a://bucket/prefix`)."""
+    local_state: str
+    """Local folder for the embedded services of this machine (broker data, pid files)."""
+
+    def table_uri(self, layer: str, table: str) -> str:
+        return f"{self.root}/{layer}/{table}"
+
+    def checkpoint_uri(self, layer: str, table: str) -> str:
+        return f"{self.root}/_checkpoints/{layer}/{table}"
+
+    @property
+    def local_state_dir(self) -> Path:
+        return PROJECT_ROOT / self.local_state  # an absolute local_state wins over the root
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap_servers: str
+    """`host:port,…`, or `embedded` for the broker started by `lakehouse kafka start`."""
+    topic_prefix: str
+    partitions: int
+    """Partitions of each topic the producer creates."""
+    options: dict[str, str]
+    """Kafka client properties (security, timeouts), given to Spark as `kafka.<key>`."""
+
+    @property
+    def topic_pattern(self) -> str:
+        # Spark matches subscribePattern anywhere in a topic name; anchoring keeps
+        # `other.sensors.x` out of a `sensors.` subscription.
+        return f"^{re.escape(self.topic_prefix)}[A-Za-z0-9._-]+$"
+
+    def topic(self, sensor_id: str) -> str:
+        return f"{self.topic_prefix}{sensor_id}"
+
+
+@dataclass(frozen=True)
+class BronzeSettings:
+    max_offsets_per_trigger: int
+    trigger_interval: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    target: str
+    spark: SparkSettings
+    storage: StorageSettings
+    kafka: KafkaSettings
+    bronze: BronzeSettings
+
+
+def conf_dir(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(CONF_DIR_ENV, PROJECT_ROOT / "conf"))
+
+
+def load_settings(target: str | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read base + target + environment into frozen, typed settings."""
+    environ = os.environ if environ is None else environ
+    target = target or environ.get(TARGET_ENV, "local")
+    folder = conf_dir(environ)
+    target_file = folder / f"{target}.yaml"
+    if target == "base" or not target_file.exists():
+        known = sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "base")
+        raise SettingsError(f"unknown target {target!r}: no {target_file} (targets: {known})")
+
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for path in (folder / "base.yaml", target_file):
+        _merge(merged, _read_yaml(path), sources, str(path), prefix="")
+    for name, raw in environ.items():
+        if name.startswith(ENV_PREFIX):
+            keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__")]
+            _merge(merged, _nest(keys, yaml.safe_load(raw)), sources, f"${name}", prefix="")
+
+    merged["target"] = target
+    sources["target"] = "--target"
+    return _build(Settings, merged, sources, environ, prefix="")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise SettingsError(
+            f"{where}: not valid YAML ({getattr(error, 'problem', error)})"
+        ) from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of sections at the top level")
+    return data
+
+
+def _nest(keys: list[str], value: Any) -> dict[str, Any]:
+    for key in reversed(keys):
+        value = {key: value}
+    return value
+
+
+def _merge(
+    into: dict[str, Any], new: dict[str, Any], sources: dict[str, str], source: str, prefix: str
+) -> None:
+    for key, value in new.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value, sources, source, prefix=f"{path}.")
+        else:
+            into[key] = value
+        sources[path] = source
+
+
+def _source(sources: dict[str, str], path: str) -> str:
+    while path:
+        if path in sources:
+            return sources[path]
+        path = path.rpartition(".")[0]
+    return "conf/base.yaml"
+
+
+def _build(
+    cls: type, data: Any, sources: dict[str, str], environ: Mapping[str, str], prefix: str
+) -> Any:
+    section = prefix.rstrip(".") or "the top level"
+    if not isinstance(data, dict):
+        raise SettingsError(f"{section} in {_source(sources, section)}: expected a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            path = f"{prefix}{key}"
+            raise SettingsError(
+                f"unknown key {path!r} in {_source(sources, path)} (known in {section}: "
+                f"{', '.join(sorted(fields))})"
+            )
+    values = {}
+    for name in fields:
+        path = f"{prefix}{name}"
+        if name not in data:
+            raise SettingsError(f"missing key {path!r} (set it in conf/base.yaml)")
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = _build(hint, data[name], sources, environ, prefix=f"{path}.")
+        else:
+            values[name] = _coerce(hint, data[name], path, sources, environ)
+    return cls(**values)
+
+
+def _coerce(
+    hint: Any, value: Any, path: str, sources: dict[str, str], environ: Mapping[str, str]
+) -> Any:
+    where = _source(sources, path)
+    if typing.get_origin(hint) is dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise SettingsError(f"{path!r} in {where}: expected a mapping, got {value!r}")
+        return {
+            str(k): _coerce(str, str(v), f"{path}.{k}", sources, environ) for k, v in value.items()
+        }
+    ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise SettingsError(
+            f"{path!r} in {where}: expected {hint.__name__}, got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, str):
+        value = _interpolate(value, path, where, environ)
+    if path == "storage.root":
+        value = _as_uri(value)
+    return value
+
+
+def _interpolate(value: str, path: str, where: str, environ: Mapping[str, str]) -> str:
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise SettingsError(f"{path!r} in {where} needs environment variable {name}, unset")
+        return environ[name]
+
+    return _VARIABLE.sub(lookup, value)
+
+
+def _as_uri(root: str) -> str:
+    """A scheme-less root is a local folder, relative to the project."""
+    if "://" in root:
+        return root.rstrip("/")
+    return (PROJECT_ROOT / root).resolve().as_uri()

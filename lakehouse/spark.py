@@ -1,0 +1,37 @@
+"""The one place a SparkSession is built: Delta, the Kafka connector and RocksDB state."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from lakehouse import jars
+from lakehouse.settings import SparkSettings
+
+
+def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSession:
+    """A session with the project's pinned jars; `getOrCreate` reuses one in this process."""
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(app_name or settings.app_name)
+        .config("spark.jars", ",".join(str(j) for j in jars.jars("spark")))
+        .config("spark.driver.memory", settings.driver_memory)
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        )
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        # RocksDB keeps large session state off the JVM heap, and the transformWithState
+        # family refuses any other provider; it cannot be changed on an existing checkpoint.
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.session.timeZone", "UTC")
+        # Jobs print one line per batch; Spark's progress bars would interleave with them.
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in settings.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(settings.log_level)
+    return spark

@@ -1,0 +1,81 @@
+"""Running a streaming query as a job: progress lines, a clean stop, one-line failures."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql.streaming import StreamingQuery
+
+from lakehouse.errors import LakehouseError
+
+
+@dataclass
+class RunStats:
+    batches: int = 0
+    input_rows: int = 0
+    seconds: float = 0.0
+
+
+def await_query(query: StreamingQuery, label: str, echo: Callable[[str], None] = print) -> RunStats:
+    """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
+
+    A clean stop waits for the running batch to commit, so a restart has nothing to redo.
+    """
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        if not stop.is_set():
+            echo(f"{label}: {signal.Signals(signum).name} received, stopping after this batch")
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    stats, seen_batch, started = RunStats(), -1, time.monotonic()
+    try:
+        while query.isActive:
+            if stop.is_set() and not query.status["isTriggerActive"]:
+                query.stop()
+                break
+            query.awaitTermination(0.5)
+            for progress in query.recentProgress:
+                if progress["batchId"] > seen_batch and progress["numInputRows"] > 0:
+                    seen_batch = progress["batchId"]
+                    stats.batches += 1
+                    stats.input_rows += progress["numInputRows"]
+                    echo(
+                        f"{label}: batch {seen_batch} wrote {progress['numInputRows']:,} rows "
+                        f"({progress.get('processedRowsPerSecond', 0):,.0f}/s), "
+                        f"{stats.input_rows:,} this run"
+                    )
+        query.awaitTermination()
+    except StreamingQueryException as error:
+        raise LakehouseError(f"{label} failed: {explain(error)}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def explain(error: Exception) -> str:
+    """The one line of a streaming failure that says what happened."""
+    text = str(getattr(error, "desc", None) or error)
+    if "KAFKA_DATA_LOSS" in text or "OffsetOutOfRange" in text:
+        return (
+            "Kafka no longer has offsets this stream has not read yet (aged out by retention "
+            "or the topic was deleted); nothing was skipped. Reset deliberately by moving "
+            "the checkpoint aside. Spark said: " + _first_line(text)
+        )
+    if "TimeoutException" in text or "Timed out waiting" in text:
+        return "Kafka did not answer in time (is the broker up?): " + _first_line(text)
+    return _first_line(text)
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:500] if lines else "unknown error"

@@ -1,0 +1,1 @@
+"""Silver: entity-conformed tables rebuilt from bronze (see issue: silver)."""
