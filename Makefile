@@ -1,0 +1,41 @@
+# The project's verbs. `make help` lists them. Every target installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+LH     := $(BIN)/lakehouse
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test test-unit lint bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/activate
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed ## install Python deps and resolve the pinned JVM jars (idempotent)
+	$(LH) setup
+
+demo: setup ## start a local broker, produce sensor traffic, ingest it into bronze
+	bash scripts/demo.sh
+
+test: setup ## run the whole test suite against a real broker, Spark and Delta
+	$(BIN)/pytest
+
+test-unit: setup ## only the tests that need no broker or Spark
+	$(BIN)/pytest -m "not integration"
+
+lint: setup ## pre-commit hooks: hygiene, ruff, mypy
+	$(BIN)/pre-commit run --all-files
+
+bench: setup ## benchmarks: each layer against its baseline
+	$(BIN)/python benchmarks/bronze.py
+
+clean: ## stop the embedded broker and delete local state (tables, checkpoints, broker data)
+	-$(LH) kafka stop
+	rm -rf .state/lake .state/kafka

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole pipeline on embedded defaults: what `make demo` runs, step by step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lakehouse=.venv/bin/lakehouse
+demo_state=.state/demo
+export LAKEHOUSE__STORAGE__ROOT="$demo_state/lake"
+export LAKEHOUSE__STORAGE__LOCAL_STATE="$demo_state"
+
+step() { printf '\n== %s\n' "$*"; }
+
+rm -rf "$demo_state"
+trap '$lakehouse kafka stop >/dev/null' EXIT
+
+step "start a Kafka broker (KRaft) on 127.0.0.1"
+$lakehouse kafka start
+
+step "produce sensor sessions to sensors.* (with a few injected faults)"
+$lakehouse produce --sensors 3 --sessions 4 --rows 200 --updates 250 \
+  --fault gap=2 --fault duplicate=2 --fault reorder=1 --fault malformed_json=1 \
+  --fault missing_field=1 --fault wrong_type=1 --fault oversize=1 --fault null_key=1
+
+step "ingest Kafka into bronze.sensor_records (every record, bytes untouched)"
+$lakehouse run bronze
+
+printf '\nTables and checkpoints are under %s/lake.\n' "$demo_state"

@@ -1,0 +1,216 @@
+"""bronze.sensor_records against a real broker, real Spark and real Delta tables."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+
+from bronze import sensor_records
+from lakehouse import PROJECT_ROOT
+from lakehouse.errors import LakehouseError
+from lakehouse.producer import TrafficSpec, produce
+from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+
+pytestmark = pytest.mark.integration
+
+FAULTS = {"gap": 2, "duplicate": 2, "reorder": 1, "malformed_json": 2, "missing_field": 1,
+          "wrong_type": 1, "oversize": 1, "null_key": 2}  # fmt: skip
+
+
+def spec(prefix: str, **fields: object) -> TrafficSpec:
+    base: dict[str, object] = dict(seed=11, sensors=3, sessions_per_sensor=3, rows_per_snapshot=50,
+                                   updates_per_session=60, topic_prefix=prefix, partitions=2)  # fmt: skip
+    return TrafficSpec(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def consume_all(bootstrap: str, prefix: str) -> set[tuple]:
+    """Every record under the prefix, read back by a plain Kafka consumer."""
+    topics = [t for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+              if t.startswith(prefix)]  # fmt: skip
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{prefix}",
+                         "enable.auto.commit": False})  # fmt: skip
+    records: set[tuple] = set()
+    for topic in topics:
+        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            consumer.assign([TopicPartition(topic, partition, low)])
+            while high > low and len([r for r in records if r[:2] == (topic, partition)]) < high - low:
+                message = consumer.poll(5)
+                assert message is not None and message.error() is None
+                headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
+                records.add((topic, partition, message.offset(), message.key(), message.value(), headers))
+    consumer.close()
+    return records
+
+
+def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
+    rows = spark.read.format("delta").load(path).collect()
+    return [(r.topic, r.partition, r.offset, None if r.key is None else bytes(r.key), bytes(r.value),
+             tuple((h.key, bytes(h.value)) for h in r.headers)) for r in rows]  # fmt: skip
+
+
+def test_bronze_holds_every_record_exactly_once_byte_for_byte(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "exact.sensors."
+    report = produce(spec(prefix, sessions_per_sensor=6, updates_per_session=40, faults=FAULTS), kafka_bootstrap)
+    settings = settings_for(tmp_path, kafka_bootstrap, prefix)
+
+    result = sensor_records.run(spark, settings)
+
+    rows = bronze_rows(spark, settings.storage.table_uri("bronze", "sensor_records"))
+    assert len(rows) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
+    assert len({r[:3] for r in rows}) == len(rows), "(topic, partition, offset) must be unique"
+    assert set(rows) == consume_all(kafka_bootstrap, prefix)
+    assert {(t, p) for t, p, *_ in rows} == {(f"{prefix}sensor-00{i}", p) for i in (1, 2, 3) for p in (0, 1)}
+    assert result.rows_by_topic == dict(report.by_topic)
+    assert sum(r[3] is None for r in rows) == FAULTS["null_key"]
+
+
+def test_second_run_ingests_only_new_records(spark: SparkSession, kafka_bootstrap: str, tmp_path: Path) -> None:
+    prefix = "rerun.sensors."
+    settings = settings_for(tmp_path, kafka_bootstrap, prefix)
+    first = produce(spec(prefix, sensors=2), kafka_bootstrap)
+    sensor_records.run(spark, settings)
+    second = produce(spec(prefix, sensors=2, seed=12), kafka_bootstrap)
+
+    result = sensor_records.run(spark, settings)
+
+    assert result.stats.input_rows == second.records
+    assert sum(result.rows_by_topic.values()) == first.records + second.records
+
+
+def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "lost.sensors."
+    settings = settings_for(tmp_path, kafka_bootstrap, prefix)
+    first = produce(spec(prefix, sensors=1), kafka_bootstrap)
+    sensor_records.run(spark, settings)
+    produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "lost"})
+    topic = f"{prefix}sensor-001"
+    ends = [TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1]) for p in (0, 1)]
+    consumer.close()
+    for future in admin.delete_records(ends).values():
+        future.result()  # as retention would: the unread records are gone
+
+    with pytest.raises(LakehouseError, match="no longer has offsets"):
+        sensor_records.run(spark, settings)
+
+    path = settings.storage.table_uri("bronze", "sensor_records")
+    assert spark.read.format("delta").load(path).count() == first.records
+
+
+def delta_commits(table: Path) -> int:
+    return len(list((table / "_delta_log").glob("*.json")))
+
+
+def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(0.5)
+
+
+def start_continuous(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(lakehouse_command("run", "bronze", "--continuous"), env={**os.environ, **env},
+                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "kill.sensors."
+    report = produce(spec(prefix, sessions_per_sensor=4, updates_per_session=150, faults=FAULTS), kafka_bootstrap)
+    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__max_offsets_per_trigger="150",
+                    bronze__trigger_interval="0 seconds")  # fmt: skip
+    table = tmp_path / "lake" / "bronze" / "sensor_records"
+    job = start_continuous(env)
+    try:
+        wait_for(lambda: delta_commits(table) >= 3, 180, "bronze to commit two batches")
+        time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
+        job.send_signal(signal.SIGKILL)
+        job.wait(30)
+    finally:
+        job.kill()
+    assert delta_commits(table) < 1 + report.records // 150, "the job was killed before the end"
+
+    rerun = run_lakehouse("run", "bronze", env=env)
+
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    rows = bronze_rows(spark, table.as_uri())
+    assert len(rows) == report.records
+    assert len({r[:3] for r in rows}) == report.records
+    assert set(rows) == consume_all(kafka_bootstrap, prefix)
+
+
+def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanly(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "grow.sensors."
+    first = produce(spec(prefix, sensors=2), kafka_bootstrap)
+    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__trigger_interval="1 second")
+    table = tmp_path / "lake" / "bronze" / "sensor_records"
+    job = start_continuous(env)
+    try:
+        wait_for(lambda: delta_commits(table) >= 2, 180, "the first batch")
+        late = produce(spec(prefix, sensors=1, first_sensor=7), kafka_bootstrap)
+        new_topic = f"{prefix}sensor-007"
+        wait_for(
+            lambda: spark.read.format("delta").load(table.as_uri()).where(f"topic = '{new_topic}'").count()
+            == late.records,
+            120,
+            f"records of {new_topic}",
+        )
+        job.send_signal(signal.SIGINT)
+        output, _ = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 0, output
+    assert "stopping after this batch" in output
+    assert spark.read.format("delta").load(table.as_uri()).count() == first.records + late.records
+
+
+def test_broker_down_fails_fast_with_one_clear_line(tmp_path: Path) -> None:
+    env = overrides(tmp_path, "127.0.0.1:9", "down.sensors.")
+
+    result = run_lakehouse("run", "bronze", env=env, timeout=120)
+
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "lakehouse: error: Kafka is unreachable: 127.0.0.1:9 (Connection refused)"
+    )
+
+
+def test_embedded_broker_not_started_says_how_to_start_it(tmp_path: Path) -> None:
+    env = overrides(tmp_path, "embedded", "none.sensors.")
+
+    result = run_lakehouse("run", "bronze", env=env, timeout=120)
+
+    assert result.returncode == 1
+    assert "embedded Kafka broker is not running" in result.stderr
+    assert "lakehouse kafka start" in result.stderr
+
+
+def test_bad_settings_exit_2_naming_the_key(tmp_path: Path) -> None:
+    env = overrides(tmp_path, "127.0.0.1:9", "bad.sensors.", bronze__max_offsets_per_trigger="lots")
+
+    result = run_lakehouse("run", "bronze", env=env, timeout=60)
+
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "lakehouse: settings error: 'bronze.max_offsets_per_trigger' in "
+        "$LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER: expected int, got str 'lots'"
+    )
