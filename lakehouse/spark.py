@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyspark.sql import SparkSession
 
 from lakehouse import jars
 from lakehouse.settings import SparkSettings
+
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSession:
@@ -15,6 +19,7 @@ def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSe
         .appName(app_name or settings.app_name)
         .config("spark.jars", ",".join(str(j) for j in jars.jars("spark")))
         .config("spark.driver.memory", settings.driver_memory)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
