@@ -12,19 +12,26 @@ neither side.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bronze import sensor_records
-from lakehouse.kafka_broker import EmbeddedKafka
-from lakehouse.producer import TrafficSpec, produce
-from lakehouse.settings import Settings, load_settings
-from lakehouse.spark import build_spark
+# Run as a script, this file's folder comes first on sys.path and its name would shadow
+# the `bronze` package it measures.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from bronze import sensor_records  # noqa: E402
+from lakehouse.kafka_broker import EmbeddedKafka  # noqa: E402
+from lakehouse.producer import TrafficSpec, produce  # noqa: E402
+from lakehouse.settings import Settings, load_settings  # noqa: E402
+from lakehouse.spark import build_spark  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sensors", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=100, help="per sensor")
     parser.add_argument("--updates", type=int, default=998, help="per session")
@@ -36,38 +43,51 @@ def main() -> None:
         broker = EmbeddedKafka(root / "kafka")
         bootstrap = broker.start()
         try:
-            settings = load_settings("local", environ={
-                "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
-                "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                "LAKEHOUSE__KAFKA__PARTITIONS": "4",
-            })  # fmt: skip
-            spec = TrafficSpec(sensors=args.sensors, sessions_per_sensor=args.sessions,
-                               updates_per_session=args.updates, rows_per_snapshot=args.rows,
-                               partitions=settings.kafka.partitions)  # fmt: skip
-            print(f"producing {args.sensors * args.sessions * (args.updates + 2):,} records ...", flush=True)
+            settings = load_settings(
+                "local",
+                environ={
+                    "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
+                    "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+                    "LAKEHOUSE__KAFKA__PARTITIONS": "4",
+                },
+            )
+            spec = TrafficSpec(
+                sensors=args.sensors,
+                sessions_per_sensor=args.sessions,
+                updates_per_session=args.updates,
+                rows_per_snapshot=args.rows,
+                partitions=settings.kafka.partitions,
+            )
+            print(
+                f"producing {args.sensors * args.sessions * (args.updates + 2):,} records ...",
+                flush=True,
+            )
             report = produce(spec, bootstrap, progress=True)
             print(report.to_text().splitlines()[0], flush=True)
             spark = build_spark(settings.spark, app_name="bench-bronze")
 
             noop_first = time_noop(spark, settings, bootstrap, root / "noop-1")
             started = time.perf_counter()
-            run = sensor_records.run(spark, settings)
+            stats = sensor_records.run(spark, settings)
             bronze_s = time.perf_counter() - started
             noop_second = time_noop(spark, settings, bootstrap, root / "noop-2")
-            assert run.stats.input_rows == report.records, "bronze must ingest every record"
+            assert stats.input_rows == report.records, "bronze must ingest every record"
         finally:
             broker.stop()
 
     noop_s = min(noop_first, noop_second)
     n = report.records
     print(f"\nrecords:            {n:,}")
-    print(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  ({noop_s:.1f}s; runs {noop_first:.1f}s, {noop_second:.1f}s)")
+    runs = f"runs {noop_first:.1f}s, {noop_second:.1f}s"
+    print(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  ({noop_s:.1f}s; {runs})")
     print(f"kafka -> bronze:    {n / bronze_s:>12,.0f} records/s  ({bronze_s:.1f}s)")
     print(f"ratio bronze/noop:  {noop_s / bronze_s:.2f}")
 
 
 def time_noop(spark, settings: Settings, bootstrap: str, checkpoint: Path) -> float:  # type: ignore[no-untyped-def]
-    source = sensor_records.read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
+    source = sensor_records.read_kafka(
+        spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
+    )
     started = time.perf_counter()
     query = (
         source.writeStream.format("noop")

@@ -59,7 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--sessions", type=int, default=4, help="sessions per sensor, overlapping")
     produce.add_argument("--rows", type=int, default=200, help="rows in each snapshot")
     produce.add_argument("--updates", type=int, default=100, help="updates per session")
-    produce.add_argument("--resync-every", type=int, default=0, help="fresh snapshot every N updates")
+    produce.add_argument(
+        "--resync-every", type=int, default=0, help="fresh snapshot every N updates"
+    )
     produce.add_argument(
         "--rate", default="max", help="records per second, or `max` (default) for no limit"
     )
@@ -117,7 +119,7 @@ def _produce(args: argparse.Namespace) -> None:
     from lakehouse.producer import TrafficSpec, produce
 
     settings = _settings(args)
-    faults = {}
+    faults: dict[str, int] = {}
     for item in args.fault:
         kind, _, count = item.partition("=")
         if not count.isdigit():
@@ -148,14 +150,13 @@ def _run(args: argparse.Namespace) -> None:
 
     settings = _settings(args)
     spark = build_spark(settings.spark, app_name=f"lakehouse-{args.layer}")
-    result = sensor_records.run(spark, settings, continuous=args.continuous)
-    total = sum(result.rows_by_topic.values())
+    stats = sensor_records.run(spark, settings, continuous=args.continuous)
+    by_topic = sensor_records.rows_by_topic(spark, settings)
     print(
-        f"{sensor_records.NAME}: {total:,} records in {len(result.rows_by_topic)} topics "
-        f"(+{result.stats.input_rows:,} in {result.stats.batches} batches, "
-        f"{result.stats.seconds:.1f}s)"
+        f"{sensor_records.NAME}: {sum(by_topic.values()):,} records in {len(by_topic)} topics "
+        f"(+{stats.input_rows:,} in {stats.batches} batches, {stats.seconds:.1f}s)"
     )
-    for topic, count in result.rows_by_topic.items():
+    for topic, count in by_topic.items():
         print(f"  {topic:<32} {count:>12,}")
 
 

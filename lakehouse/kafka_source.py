@@ -34,6 +34,8 @@ def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
         try:
             socket.create_connection((host, int(port)), timeout=timeout_s).close()
             return
-        except (OSError, ValueError) as error:
+        except OSError as error:
             failures.append(f"{server.strip()} ({error.strerror or error})")
+        except ValueError:
+            failures.append(f"{server.strip()} (not host:port)")
     raise LakehouseError(f"Kafka is unreachable: {'; '.join(failures)}")

@@ -223,8 +223,8 @@ def _apply_faults(
     topic = f"{spec.topic_prefix}{sensor}"
     partition = partition_of(session_id, spec.partitions)
     order = list(range(len(messages)))
-    for index, fault in faults.items():
-        if fault == "reorder":
+    for index, kind in faults.items():
+        if kind == "reorder":
             order[index], order[index + 1] = order[index + 1], order[index]
     tiebreak = zlib.crc32(session_id.encode())
     for position, index in enumerate(order):

@@ -184,7 +184,7 @@ def _build(
         if name not in data:
             raise SettingsError(f"missing key {path!r} (set it in conf/base.yaml)")
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             values[name] = _build(hint, data[name], sources, environ, prefix=f"{path}.")
         else:
             values[name] = _coerce(hint, data[name], path, sources, environ)

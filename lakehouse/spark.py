@@ -19,7 +19,9 @@ def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSe
         .appName(app_name or settings.app_name)
         .config("spark.jars", ",".join(str(j) for j in jars.jars("spark")))
         .config("spark.driver.memory", settings.driver_memory)
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}")
+        .config(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+        )
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -41,7 +41,7 @@ def await_query(query: StreamingQuery, label: str, echo: Callable[[str], None] =
             if stop.is_set() and not query.status["isTriggerActive"]:
                 query.stop()
                 break
-            query.awaitTermination(0.5)
+            query.awaitTermination(1)
             for progress in query.recentProgress:
                 if progress["batchId"] > seen_batch and progress["numInputRows"] > 0:
                     seen_batch = progress["batchId"]

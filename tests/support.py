@@ -34,7 +34,9 @@ def lakehouse_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "lakehouse.cli", *args]
 
 
-def run_lakehouse(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_lakehouse(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """The CLI in its own process, as a user or a scheduler would run it."""
     return subprocess.run(
         lakehouse_command(*args),

@@ -22,71 +22,112 @@ from tests.support import lakehouse_command, overrides, run_lakehouse, settings_
 
 pytestmark = pytest.mark.integration
 
-FAULTS = {"gap": 2, "duplicate": 2, "reorder": 1, "malformed_json": 2, "missing_field": 1,
-          "wrong_type": 1, "oversize": 1, "null_key": 2}  # fmt: skip
+FAULTS = {
+    "gap": 2,
+    "duplicate": 2,
+    "reorder": 1,
+    "malformed_json": 2,
+    "missing_field": 1,
+    "wrong_type": 1,
+    "oversize": 1,
+    "null_key": 2,
+}
 
 
 def spec(prefix: str, **fields: object) -> TrafficSpec:
-    base: dict[str, object] = dict(seed=11, sensors=3, sessions_per_sensor=3, rows_per_snapshot=50,
-                                   updates_per_session=60, topic_prefix=prefix, partitions=2)  # fmt: skip
+    base: dict[str, object] = dict(
+        seed=11,
+        sensors=3,
+        sessions_per_sensor=3,
+        rows_per_snapshot=50,
+        updates_per_session=60,
+        topic_prefix=prefix,
+        partitions=2,
+    )
     return TrafficSpec(**{**base, **fields})  # type: ignore[arg-type]
 
 
 def consume_all(bootstrap: str, prefix: str) -> set[tuple]:
     """Every record under the prefix, read back by a plain Kafka consumer."""
-    topics = [t for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-              if t.startswith(prefix)]  # fmt: skip
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{prefix}",
-                         "enable.auto.commit": False})  # fmt: skip
+    topics = [
+        t
+        for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+        if t.startswith(prefix)
+    ]
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"check-{prefix}", "enable.auto.commit": False}
+    )
     records: set[tuple] = set()
     for topic in topics:
         for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
             consumer.assign([TopicPartition(topic, partition, low)])
-            while high > low and len([r for r in records if r[:2] == (topic, partition)]) < high - low:
+            while (
+                high > low and len([r for r in records if r[:2] == (topic, partition)]) < high - low
+            ):
                 message = consumer.poll(5)
                 assert message is not None and message.error() is None
                 headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
-                records.add((topic, partition, message.offset(), message.key(), message.value(), headers))
+                records.add(
+                    (topic, partition, message.offset(), message.key(), message.value(), headers)
+                )
     consumer.close()
     return records
 
 
 def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
     rows = spark.read.format("delta").load(path).collect()
-    return [(r.topic, r.partition, r.offset, None if r.key is None else bytes(r.key), bytes(r.value),
-             tuple((h.key, bytes(h.value)) for h in r.headers)) for r in rows]  # fmt: skip
+    return [
+        (
+            r.topic,
+            r.partition,
+            r.offset,
+            None if r.key is None else bytes(r.key),
+            bytes(r.value),
+            tuple((h.key, bytes(h.value)) for h in r.headers),
+        )
+        for r in rows
+    ]
 
 
 def test_bronze_holds_every_record_exactly_once_byte_for_byte(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix = "exact.sensors."
-    report = produce(spec(prefix, sessions_per_sensor=6, updates_per_session=40, faults=FAULTS), kafka_bootstrap)
+    report = produce(
+        spec(prefix, sessions_per_sensor=6, updates_per_session=40, faults=FAULTS), kafka_bootstrap
+    )
     settings = settings_for(tmp_path, kafka_bootstrap, prefix)
 
-    result = sensor_records.run(spark, settings)
+    sensor_records.run(spark, settings)
 
     rows = bronze_rows(spark, settings.storage.table_uri("bronze", "sensor_records"))
     assert len(rows) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
     assert len({r[:3] for r in rows}) == len(rows), "(topic, partition, offset) must be unique"
     assert set(rows) == consume_all(kafka_bootstrap, prefix)
-    assert {(t, p) for t, p, *_ in rows} == {(f"{prefix}sensor-00{i}", p) for i in (1, 2, 3) for p in (0, 1)}
-    assert result.rows_by_topic == dict(report.by_topic)
+    assert {(t, p) for t, p, *_ in rows} == {
+        (f"{prefix}sensor-00{i}", p) for i in (1, 2, 3) for p in (0, 1)
+    }
+    assert sensor_records.rows_by_topic(spark, settings) == dict(report.by_topic)
     assert sum(r[3] is None for r in rows) == FAULTS["null_key"]
 
 
-def test_second_run_ingests_only_new_records(spark: SparkSession, kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_second_run_ingests_only_new_records(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
     prefix = "rerun.sensors."
     settings = settings_for(tmp_path, kafka_bootstrap, prefix)
     first = produce(spec(prefix, sensors=2), kafka_bootstrap)
     sensor_records.run(spark, settings)
     second = produce(spec(prefix, sensors=2, seed=12), kafka_bootstrap)
 
-    result = sensor_records.run(spark, settings)
+    stats = sensor_records.run(spark, settings)
 
-    assert result.stats.input_rows == second.records
-    assert sum(result.rows_by_topic.values()) == first.records + second.records
+    assert stats.input_rows == second.records
+    assert (
+        sum(sensor_records.rows_by_topic(spark, settings).values())
+        == first.records + second.records
+    )
 
 
 def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
@@ -100,7 +141,10 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "lost"})
     topic = f"{prefix}sensor-001"
-    ends = [TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1]) for p in (0, 1)]
+    ends = [
+        TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
+        for p in (0, 1)
+    ]
     consumer.close()
     for future in admin.delete_records(ends).values():
         future.result()  # as retention would: the unread records are gone
@@ -125,17 +169,30 @@ def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no
 
 
 def start_continuous(env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(lakehouse_command("run", "bronze", "--continuous"), env={**os.environ, **env},
-                            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        lakehouse_command("run", "bronze", "--continuous"),
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix = "kill.sensors."
-    report = produce(spec(prefix, sessions_per_sensor=4, updates_per_session=150, faults=FAULTS), kafka_bootstrap)
-    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__max_offsets_per_trigger="150",
-                    bronze__trigger_interval="0 seconds")  # fmt: skip
+    report = produce(
+        spec(prefix, sessions_per_sensor=4, updates_per_session=150, faults=FAULTS), kafka_bootstrap
+    )
+    env = overrides(
+        tmp_path,
+        kafka_bootstrap,
+        prefix,
+        bronze__max_offsets_per_trigger="150",
+        bronze__trigger_interval="0 seconds",
+    )
     table = tmp_path / "lake" / "bronze" / "sensor_records"
     job = start_continuous(env)
     try:
@@ -169,8 +226,13 @@ def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanl
         late = produce(spec(prefix, sensors=1, first_sensor=7), kafka_bootstrap)
         new_topic = f"{prefix}sensor-007"
         wait_for(
-            lambda: spark.read.format("delta").load(table.as_uri()).where(f"topic = '{new_topic}'").count()
-            == late.records,
+            lambda: (
+                spark.read.format("delta")
+                .load(table.as_uri())
+                .where(f"topic = '{new_topic}'")
+                .count()
+                == late.records
+            ),
             120,
             f"records of {new_topic}",
         )

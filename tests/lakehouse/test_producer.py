@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 
@@ -8,7 +9,9 @@ import pytest
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, Record, TrafficSpec, generate_traffic
 
-SMALL = TrafficSpec(seed=3, sensors=3, sessions_per_sensor=3, rows_per_snapshot=20, updates_per_session=40)
+SMALL = TrafficSpec(
+    seed=3, sensors=3, sessions_per_sensor=3, rows_per_snapshot=20, updates_per_session=40
+)
 
 
 def parsed(records: list[Record]) -> list[dict]:
@@ -43,12 +46,22 @@ def test_updates_carry_one_row_upsert_or_delete_of_a_known_row() -> None:
             tables[m["session_id"]].remove(m["row_id"])
         elif m["kind"] == "update":
             assert m["op"] == "upsert"
-            assert set(m["row"]["values"]) == {"temperature", "humidity", "pressure", "status", "counter"}
+            assert set(m["row"]["values"]) == {
+                "temperature",
+                "humidity",
+                "pressure",
+                "status",
+                "counter",
+            }
             tables[m["session_id"]].add(m["row"]["row_id"])
 
 
 def test_sessions_of_a_sensor_overlap_in_time() -> None:
-    order = [json.loads(r.value)["session_id"] for r in generate_traffic(SMALL) if r.topic == "sensors.sensor-001"]
+    order = [
+        json.loads(r.value)["session_id"]
+        for r in generate_traffic(SMALL)
+        if r.topic == "sensors.sensor-001"
+    ]
     first_end = max(i for i, s in enumerate(order) if s == order[0])
     assert len(set(order[:first_end])) > 1
 
@@ -58,12 +71,22 @@ def test_a_session_stays_in_one_partition_of_its_sensors_topic() -> None:
     for record in generate_traffic(SMALL):
         places[record.key].add((record.topic, record.partition))
     assert all(len(p) == 1 for p in places.values())
-    assert {t for p in places.values() for t, _ in p} == {f"sensors.sensor-00{i}" for i in (1, 2, 3)}
+    assert {t for p in places.values() for t, _ in p} == {
+        f"sensors.sensor-00{i}" for i in (1, 2, 3)
+    }
 
 
 def test_each_fault_kind_is_injected_exactly_as_often_as_asked() -> None:
-    faults = {"gap": 2, "duplicate": 3, "reorder": 2, "malformed_json": 1, "missing_field": 2,
-              "wrong_type": 1, "oversize": 1, "null_key": 2}  # fmt: skip
+    faults = {
+        "gap": 2,
+        "duplicate": 3,
+        "reorder": 2,
+        "malformed_json": 1,
+        "missing_field": 2,
+        "wrong_type": 1,
+        "oversize": 1,
+        "null_key": 2,
+    }
     records = list(generate_traffic(TrafficSpec(**{**SMALL.__dict__, "faults": faults})))
     found: Counter[str] = Counter()
     seqs: dict[str, list[int]] = defaultdict(list)
@@ -83,7 +106,7 @@ def test_each_fault_kind_is_injected_exactly_as_often_as_asked() -> None:
             seqs[message["session_id"]].append(message["seq"])
     for session in seqs.values():
         found["duplicate"] += len(session) - len(set(session))
-        found["reorder"] += sum(1 for a, b in zip(session, session[1:], strict=False) if b < a)
+        found["reorder"] += sum(1 for a, b in itertools.pairwise(session) if b < a)
     expected_total = 9 * 42 - faults["gap"] + faults["duplicate"]
     assert len(records) == expected_total
     assert found == Counter({k: v for k, v in faults.items() if k != "gap"})
@@ -99,5 +122,10 @@ def test_unknown_fault_kind_is_refused() -> None:
 
 def test_more_faults_than_updates_is_refused() -> None:
     with pytest.raises(LakehouseError, match="update slots"):
-        list(generate_traffic(TrafficSpec(sensors=1, sessions_per_sensor=1, updates_per_session=4,
-                                          faults={"gap": 50})))  # fmt: skip
+        list(
+            generate_traffic(
+                TrafficSpec(
+                    sensors=1, sessions_per_sensor=1, updates_per_session=4, faults={"gap": 50}
+                )
+            )
+        )

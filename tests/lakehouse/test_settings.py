@@ -53,7 +53,7 @@ def test_wrong_type_names_the_key_the_file_and_the_value(conf: Path) -> None:
 
 def test_boolean_is_not_accepted_as_a_number(conf: Path) -> None:
     (conf / "local.yaml").write_text("spark:\n  shuffle_partitions: true\n")
-    with pytest.raises(SettingsError, match="spark.shuffle_partitions"):
+    with pytest.raises(SettingsError, match=r"spark\.shuffle_partitions"):
         load_settings("local", environ=env(conf))
 
 
@@ -94,7 +94,9 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
 
 
 def test_unset_secret_names_the_variable_and_the_key() -> None:
-    with pytest.raises(SettingsError, match=r"'spark.master' in .*cluster\.yaml needs .*SPARK_MASTER_URL"):
+    with pytest.raises(
+        SettingsError, match=r"'spark.master' in .*cluster\.yaml needs .*SPARK_MASTER_URL"
+    ):
         load_settings("cluster", environ={})
 
 
