@@ -47,6 +47,10 @@ def read_kafka(
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "true")
         .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        # Each task reads a fixed offset range; the one that ends at the head of the log
+        # otherwise waits the broker's full fetch.max.wait.ms (500 ms) for data that will
+        # not come, once per task: measured, that doubled the time of a 1M-record ingest.
+        .option("kafka.fetch.max.wait.ms", "20")
     )
     for key, value in kafka.options.items():
         reader = reader.option(f"kafka.{key}", value)
