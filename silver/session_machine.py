@@ -1,0 +1,485 @@
+"""The per-session state machine of silver: pure Python, no Spark.
+
+`SessionMachine.process` takes one session's records in Kafka order (the caller sorts:
+Spark hands a group's rows over in no particular order and in several chunks) and
+rebuilds the session's table from snapshot + updates, checking `seq` as the session's
+integrity mode demands. It returns what silver writes: row changes, rejected records
+(violations) and, when tracing, every state transition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+STATE_VERSION = 1
+"""Bump when `SessionState` changes shape: old checkpoints are then refused, not misread."""
+
+
+class Mode(StrEnum):
+    STRICT = "strict"  # every record carries exactly last_seq + 1
+    ORDERED = "ordered"  # stale and duplicate records dropped, gaps accepted
+    WINDOW = "window"  # out-of-order records buffered up to a bound, applied in seq order
+    ONCE = "once"  # duplicates dropped, order does not matter
+    NONE = "none"  # applied as they come
+
+
+class Policy(StrEnum):
+    FAIL = "fail"  # stop the query on the first violation
+    QUARANTINE = "quarantine"  # break the session until the next snapshot resyncs it
+
+
+class Status(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+    EXPIRED = "expired"
+    BROKEN = "broken"
+
+
+class Reason(StrEnum):
+    UNPARSABLE = "unparsable"  # not a JSON object
+    INVALID = "invalid"  # a required field is missing or has the wrong type
+    UNKNOWN_KIND = "unknown_kind"
+    GAP = "gap"  # seq skipped ahead of last_seq + 1
+    DUPLICATE = "duplicate"  # seq equal to one already applied
+    OUT_OF_ORDER = "out_of_order"  # seq behind the last one applied
+    UPDATE_BEFORE_SNAPSHOT = "update_before_snapshot"
+    UNKNOWN_ROW = "unknown_row"  # delete of a row the table does not have
+    AFTER_END = "after_end"  # anything after the session's end
+    QUARANTINED = "quarantined"  # the session is broken; waiting for a snapshot
+
+
+KINDS = ("snapshot", "update", "end")
+VALUE_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a record came from: the Kafka record bronze kept."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """One bronze record of a session, parsed as far as it goes."""
+
+    lineage: Lineage
+    raw: bytes
+    session_id: str
+    sensor_id: str | None = None
+    seq: int | None = None
+    kind: str | None = None
+    event_time: str | None = None
+    op: str | None = None
+    row_id: str | None = None
+    values: dict[str, Any] | None = None
+    rows: dict[str, dict[str, Any]] | None = None
+    problem: Reason | None = None
+    detail: str | None = None
+
+
+def parse_record(session_id: str, raw: bytes, lineage: Lineage) -> Record:
+    """Read a value by docs/protocol.md; a record that breaks it carries `problem`."""
+
+    def bad(reason: Reason, detail: str) -> Record:
+        return Record(lineage, raw, session_id, problem=reason, detail=detail)
+
+    try:
+        message = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        return bad(Reason.UNPARSABLE, f"not JSON: {error}")
+    if not isinstance(message, dict):
+        return bad(Reason.UNPARSABLE, "not a JSON object")
+    for name in ("sensor_id", "seq", "kind", "event_time"):
+        if name not in message:
+            return bad(Reason.INVALID, f"missing field {name}")
+    seq, kind = message["seq"], message["kind"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        return bad(Reason.INVALID, f"seq must be an integer >= 0, got {seq!r}")
+    if kind not in KINDS:
+        return bad(Reason.UNKNOWN_KIND, f"kind {kind!r} is none of {', '.join(KINDS)}")
+    fields: dict[str, Any] = {}
+    try:
+        if kind == "snapshot":
+            fields["rows"] = {str(r["row_id"]): _values(r["values"]) for r in message["rows"]}
+        elif kind == "update" and message.get("op") == "upsert":
+            row = message["row"]
+            fields.update(op="upsert", row_id=str(row["row_id"]), values=_values(row["values"]))
+        elif kind == "update" and message.get("op") == "delete":
+            fields.update(op="delete", row_id=str(message["row_id"]))
+        elif kind == "update":
+            return bad(
+                Reason.INVALID, f"update op must be upsert or delete, got {message.get('op')!r}"
+            )
+    except (KeyError, TypeError) as error:
+        return bad(Reason.INVALID, f"malformed {kind} payload: {error!r}")
+    return Record(
+        lineage,
+        raw,
+        session_id,
+        str(message["sensor_id"]),
+        seq,
+        kind,
+        str(message["event_time"]),
+        **fields,
+    )
+
+
+def _values(values: Any) -> dict[str, Any]:
+    if not isinstance(values, dict):
+        raise TypeError("values must be an object")
+    return {name: values.get(name) for name in VALUE_FIELDS}
+
+
+@dataclass
+class SessionState:
+    """Everything silver remembers about one live session between micro-batches."""
+
+    session_id: str
+    sensor_id: str | None = None
+    status: Status = Status.OPEN
+    last_seq: int | None = None
+    has_snapshot: bool = False
+    table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_seq: int | None = None
+    records: int = 0
+    snapshots: int = 0
+    updates: int = 0
+    rejected: int = 0
+    gaps: int = 0
+    broken_at_seq: int | None = None
+    first_event_time: str | None = None
+    last_event_time: str | None = None
+    first_lineage: Lineage | None = None
+    last_lineage: Lineage | None = None
+    pending: dict[int, Record] = field(default_factory=dict)
+    """`window` mode: records ahead of the next seq, waiting for the ones before them."""
+    seen: set[int] = field(default_factory=set)
+    """`once` mode: every seq applied so far."""
+
+    def to_json(self) -> str:
+        body = asdict(self)
+        body["pending"] = [_record_to_dict(r) for r in self.pending.values()]
+        body["seen"] = sorted(self.seen)
+        return json.dumps(body, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> SessionState:
+        body = json.loads(text)
+        for name in ("first_lineage", "last_lineage"):
+            body[name] = Lineage(**body[name]) if body[name] else None
+        body["status"] = Status(body["status"])
+        body["pending"] = {r["seq"]: _record_from_dict(r) for r in body["pending"]}
+        body["seen"] = set(body["seen"])
+        return cls(**body)
+
+    def summary(self) -> dict[str, Any]:
+        """Small enough for a trace row: no table, no buffers."""
+        return {
+            "status": str(self.status),
+            "last_seq": self.last_seq,
+            "rows": len(self.table),
+            "records": self.records,
+            "rejected": self.rejected,
+        }
+
+
+def _record_to_dict(record: Record) -> dict[str, Any]:
+    body = asdict(record)
+    body["raw"] = record.raw.decode("utf-8", "replace")
+    return body
+
+
+def _record_from_dict(body: dict[str, Any]) -> Record:
+    body["lineage"] = Lineage(**body["lineage"])
+    body["raw"] = body["raw"].encode()
+    body["problem"] = Reason(body["problem"]) if body["problem"] else None
+    return Record(**body)
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row of one session's table changed by an accepted record."""
+
+    session_id: str
+    sensor_id: str | None
+    row_id: str
+    op: str  # insert | update | delete | snapshot
+    values: dict[str, Any] | None
+    seq: int
+    event_time: str | None
+    lineage: Lineage
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One rejected record and why."""
+
+    session_id: str | None
+    sensor_id: str | None
+    reason: Reason
+    detail: str
+    expected_seq: int | None
+    found_seq: int | None
+    lineage: Lineage
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Trace: the session before and after one record."""
+
+    session_id: str
+    action: str
+    before: dict[str, Any]
+    after: dict[str, Any]
+    seq: int | None
+    lineage: Lineage
+
+
+class IntegrityError(Exception):
+    """Raised under the `fail` policy; its message is the one line the job prints."""
+
+
+@dataclass
+class Output:
+    changes: list[RowChange] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SessionMachine:
+    """How one session is judged: its mode, policy and window bound."""
+
+    mode: Mode = Mode.STRICT
+    policy: Policy = Policy.QUARANTINE
+    window: int = 100
+    trace: bool = False
+
+    def process(self, state: SessionState, records: Iterable[Record]) -> Output:
+        """Apply records (in Kafka order) to the state, in place; return what happened."""
+        out = Output()
+        for record in records:
+            before = state.summary() if self.trace else {}
+            action = self._one(state, record, out)
+            if self.trace:
+                out.transitions.append(
+                    Transition(
+                        state.session_id,
+                        action,
+                        before,
+                        state.summary(),
+                        record.seq,
+                        record.lineage,
+                    )
+                )
+        return out
+
+    def expire(self, state: SessionState) -> None:
+        """No record for longer than the timeout: the session is over."""
+        state.status = Status.EXPIRED
+        state.pending.clear()
+
+    def _one(self, state: SessionState, record: Record, out: Output) -> str:
+        state.records += 1
+        state.sensor_id = state.sensor_id or record.sensor_id
+        if state.first_lineage is None:
+            state.first_lineage = record.lineage
+        state.last_lineage = record.lineage
+        if record.event_time:
+            state.first_event_time = state.first_event_time or record.event_time
+            state.last_event_time = record.event_time
+        expected = 0 if state.last_seq is None else state.last_seq + 1
+
+        if record.problem:
+            return self._reject(state, record, out, record.problem, record.detail or "", expected)
+        assert record.seq is not None
+        if state.status in (Status.CLOSED, Status.EXPIRED):
+            return self._reject(
+                state, record, out, Reason.AFTER_END, f"session already {state.status}", expected
+            )
+        if state.status is Status.BROKEN:
+            if record.kind == "snapshot":
+                state.status, state.broken_at_seq = Status.OPEN, None
+                return self._apply(state, record, out, action="resync")
+            return self._reject(
+                state,
+                record,
+                out,
+                Reason.QUARANTINED,
+                f"session broken at seq {state.broken_at_seq}; waiting for a snapshot",
+                None,
+                breaks=False,
+            )
+        if self.mode is Mode.NONE:
+            return self._apply(state, record, out)
+        if self.mode is Mode.ONCE:
+            if record.seq in state.seen:
+                return self._reject(
+                    state, record, out, Reason.DUPLICATE, "seq already applied", None
+                )
+            state.seen.add(record.seq)
+            return self._apply(state, record, out)
+        if record.seq < expected:
+            reason = Reason.DUPLICATE if record.seq == state.last_seq else Reason.OUT_OF_ORDER
+            return self._reject(
+                state, record, out, reason, f"seq {record.seq} after {state.last_seq}", expected
+            )
+        if record.seq == expected:
+            action = self._apply(state, record, out)
+            if self.mode is Mode.WINDOW:
+                self._drain(state, out)
+            return action
+        # record.seq > expected: the records in between are missing, or late
+        if self.mode is Mode.ORDERED:
+            state.gaps += 1
+            return self._apply(state, record, out, action="apply-after-gap")
+        if self.mode is Mode.WINDOW:
+            state.pending[record.seq] = record
+            if len(state.pending) > self.window:
+                self._give_up_waiting(state, out)
+            return "buffer"
+        return self._reject(
+            state, record, out, Reason.GAP, f"expected seq {expected}, found {record.seq}", expected
+        )
+
+    def _drain(self, state: SessionState, out: Output) -> None:
+        while state.last_seq is not None and state.last_seq + 1 in state.pending:
+            self._apply(state, state.pending.pop(state.last_seq + 1), out)
+
+    def _give_up_waiting(self, state: SessionState, out: Output) -> None:
+        # The bound is exceeded: what is missing is declared lost, and the buffered records
+        # are applied from the lowest seq on.
+        expected = 0 if state.last_seq is None else state.last_seq + 1
+        first = min(state.pending)
+        state.gaps += 1
+        out.violations.append(
+            Violation(
+                state.session_id,
+                state.sensor_id,
+                Reason.GAP,
+                f"seq {expected}..{first - 1} missing after waiting for {self.window} records",
+                expected,
+                first,
+                state.pending[first].lineage,
+                state.pending[first].raw,
+            )
+        )
+        self._apply(state, state.pending.pop(first), out)
+        self._drain(state, out)
+
+    def _reject(
+        self,
+        state: SessionState,
+        record: Record,
+        out: Output,
+        reason: Reason,
+        detail: str,
+        expected: int | None,
+        breaks: bool = True,
+    ) -> str:
+        state.rejected += 1
+        out.violations.append(
+            Violation(
+                state.session_id,
+                record.sensor_id or state.sensor_id,
+                reason,
+                detail,
+                expected,
+                record.seq,
+                record.lineage,
+                record.raw,
+            )
+        )
+        lenient = self.mode is not Mode.STRICT or reason is Reason.AFTER_END
+        if not breaks or lenient:
+            return f"reject:{reason}"
+        if self.policy is Policy.FAIL:
+            where = f"{record.lineage.topic}/{record.lineage.partition}@{record.lineage.offset}"
+            found = "unreadable" if record.seq is None else record.seq
+            raise IntegrityError(
+                f"integrity violation ({reason}) in session {state.session_id} at "
+                f"{where}: expected seq {expected}, found {found}: {detail}"
+            )
+        state.status, state.broken_at_seq = Status.BROKEN, expected
+        return f"reject:{reason}:broken"
+
+    def _apply(
+        self, state: SessionState, record: Record, out: Output, action: str = "apply"
+    ) -> str:
+        assert record.seq is not None
+        if record.kind == "update" and not state.has_snapshot:
+            return self._reject(
+                state,
+                record,
+                out,
+                Reason.UPDATE_BEFORE_SNAPSHOT,
+                "update before the session's first snapshot",
+                record.seq,
+            )
+        unknown_row = record.op == "delete" and record.row_id not in state.table
+        if record.kind == "update" and unknown_row and self.mode is Mode.STRICT:
+            return self._reject(
+                state,
+                record,
+                out,
+                Reason.UNKNOWN_ROW,
+                f"delete of unknown row {record.row_id}",
+                record.seq,
+            )
+        self._advance(state, record.seq)
+
+        def change(row_id: str, op: str, values: dict[str, Any] | None) -> None:
+            out.changes.append(
+                RowChange(
+                    state.session_id,
+                    state.sensor_id,
+                    row_id,
+                    op,
+                    values,
+                    record.seq,
+                    record.event_time,
+                    record.lineage,
+                )
+            )
+
+        if record.kind == "snapshot":
+            assert record.rows is not None
+            for row_id in state.table.keys() - record.rows.keys():
+                change(row_id, "delete", None)
+            for row_id, values in record.rows.items():
+                change(row_id, "snapshot", values)
+            state.table = dict(record.rows)
+            state.has_snapshot = True
+            state.snapshots += 1
+        elif record.kind == "update":
+            assert record.row_id is not None
+            state.updates += 1
+            if record.op == "delete":
+                if state.table.pop(record.row_id, None) is not None:
+                    change(record.row_id, "delete", None)
+            else:
+                assert record.values is not None
+                change(
+                    record.row_id,
+                    "update" if record.row_id in state.table else "insert",
+                    record.values,
+                )
+                state.table[record.row_id] = record.values
+        else:
+            state.status = Status.CLOSED
+            state.pending.clear()
+        return action
+
+    @staticmethod
+    def _advance(state: SessionState, seq: int) -> None:
+        if state.first_seq is None:
+            state.first_seq = seq
+        state.last_seq = seq if state.last_seq is None else max(state.last_seq, seq)

@@ -1,0 +1,313 @@
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from silver.session_machine import (
+    IntegrityError,
+    Lineage,
+    Mode,
+    Policy,
+    Reason,
+    Record,
+    SessionMachine,
+    SessionState,
+    Status,
+    parse_record,
+)
+
+_offsets = itertools.count()
+
+
+def vals(t: float) -> dict[str, Any]:
+    return {"temperature": t, "humidity": 50.0, "pressure": 1000.0, "status": "ok", "counter": 1}
+
+
+def raw(seq: Any, kind: str = "update", **payload: Any) -> bytes:
+    body = {"session_id": "s1", "sensor_id": "a", "seq": seq, "kind": kind,
+            "event_time": f"2026-01-01T00:00:{int(seq) % 60:02d}.000Z", **payload}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+def rec(value: bytes) -> Record:
+    return parse_record("s1", value, Lineage("sensors.a", 0, next(_offsets)))
+
+
+def snapshot(seq: int, **rows: float) -> Record:
+    return rec(
+        raw(seq, "snapshot", rows=[{"row_id": r, "values": vals(t)} for r, t in rows.items()])
+    )
+
+
+def upsert(seq: int, row: str = "r1", t: float = 1.0) -> Record:
+    return rec(raw(seq, op="upsert", row={"row_id": row, "values": vals(t)}))
+
+
+def delete(seq: int, row: str) -> Record:
+    return rec(raw(seq, op="delete", row_id=row))
+
+
+def end(seq: int) -> Record:
+    return rec(raw(seq, "end"))
+
+
+def run(machine: SessionMachine, *records: Record, state: SessionState | None = None):  # type: ignore[no-untyped-def]
+    state = state or SessionState("s1")
+    return state, machine.process(state, records)
+
+
+def temps(state: SessionState) -> dict[str, float]:
+    return {row: values["temperature"] for row, values in state.table.items()}
+
+
+STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
+STRICT_FAIL = SessionMachine(Mode.STRICT, Policy.FAIL)
+
+
+# --- parsing -----------------------------------------------------------------------
+
+
+def test_truncated_json_is_unparsable() -> None:
+    assert rec(raw(3)[:20]).problem is Reason.UNPARSABLE
+
+
+def test_missing_seq_is_invalid_and_names_the_field() -> None:
+    record = rec(json.dumps({"session_id": "s1", "sensor_id": "a", "kind": "end",
+                             "event_time": "x"}).encode())  # fmt: skip
+    assert record.problem is Reason.INVALID and "seq" in (record.detail or "")
+
+
+def test_seq_as_string_is_invalid() -> None:
+    assert rec(raw("4")).problem is Reason.INVALID
+
+
+def test_unknown_kind_is_its_own_reason() -> None:
+    assert rec(raw(1, "heartbeat")).problem is Reason.UNKNOWN_KIND
+
+
+def test_update_with_unknown_op_is_invalid() -> None:
+    assert rec(raw(1, op="merge", row_id="r1")).problem is Reason.INVALID
+
+
+def test_snapshot_rows_keep_typed_values() -> None:
+    record = snapshot(0, r1=20.5, r2=21.0)
+    assert record.rows == {"r1": vals(20.5), "r2": vals(21.0)}
+
+
+# --- strict ------------------------------------------------------------------------
+
+
+def test_snapshot_then_updates_rebuild_the_table() -> None:
+    state, out = run(
+        STRICT, snapshot(0, r1=1, r2=2), upsert(1, "r1", 10), upsert(2, "r3", 3), delete(3, "r2")
+    )
+    assert temps(state) == {"r1": 10, "r3": 3}
+    assert [(c.row_id, c.op) for c in out.changes] == [
+        ("r1", "snapshot"),
+        ("r2", "snapshot"),
+        ("r1", "update"),
+        ("r3", "insert"),
+        ("r2", "delete"),
+    ]
+    assert state.last_seq == 3 and state.status is Status.OPEN and not out.violations
+
+
+def test_every_change_carries_the_lineage_of_its_record() -> None:
+    first = upsert(1, "r1", 5)
+    _, out = run(STRICT, snapshot(0, r1=1), first)
+    assert out.changes[-1].lineage == first.lineage and out.changes[-1].seq == 1
+
+
+def test_later_snapshot_replaces_the_table_and_deletes_vanished_rows() -> None:
+    state, out = run(STRICT, snapshot(0, r1=1, r2=2), snapshot(1, r2=5, r9=9))
+    assert temps(state) == {"r2": 5, "r9": 9}
+    assert ("r1", "delete") in [(c.row_id, c.op) for c in out.changes]
+
+
+def test_end_closes_the_session() -> None:
+    state, _ = run(STRICT, snapshot(0, r1=1), end(1))
+    assert state.status is Status.CLOSED
+
+
+def test_record_after_end_is_rejected_without_breaking() -> None:
+    state, out = run(STRICT, snapshot(0, r1=1), end(1), upsert(2))
+    assert [v.reason for v in out.violations] == [Reason.AFTER_END]
+    assert state.status is Status.CLOSED
+
+
+@pytest.mark.parametrize(
+    ("records", "reason", "expected", "found"),
+    [
+        ([snapshot(0, r1=1), upsert(2)], Reason.GAP, 1, 2),
+        ([snapshot(0, r1=1), upsert(1), upsert(1)], Reason.DUPLICATE, 2, 1),
+        ([snapshot(0, r1=1), upsert(1), upsert(2), upsert(1)], Reason.OUT_OF_ORDER, 3, 1),
+        ([upsert(0)], Reason.UPDATE_BEFORE_SNAPSHOT, 0, 0),
+        ([snapshot(0, r1=1), delete(1, "nope")], Reason.UNKNOWN_ROW, 1, 1),
+        ([snapshot(0, r1=1), rec(raw(1, "heartbeat"))], Reason.UNKNOWN_KIND, 1, None),
+        ([snapshot(0, r1=1), rec(raw(1)[:25])], Reason.UNPARSABLE, 1, None),
+        ([snapshot(0, r1=1), rec(raw("1"))], Reason.INVALID, 1, None),
+    ],
+)
+def test_strict_quarantine_rejects_and_breaks_the_session(
+    records: list[Record], reason: Reason, expected: int, found: int | None
+) -> None:
+    state, out = run(STRICT, *records)
+    (violation,) = out.violations
+    assert (violation.reason, violation.expected_seq, violation.found_seq) == (
+        reason,
+        expected,
+        found,
+    )
+    assert violation.raw == records[-1].raw and violation.lineage == records[-1].lineage
+    assert state.status is Status.BROKEN
+
+
+def test_broken_session_quarantines_records_until_the_next_snapshot_resyncs_it() -> None:
+    state, out = run(
+        STRICT,
+        snapshot(0, r1=1),
+        upsert(2, "r1", 7),
+        upsert(3, "r1", 8),
+        snapshot(4, r5=5),
+        upsert(5, "r5", 6),
+    )
+    assert [v.reason for v in out.violations] == [Reason.GAP, Reason.QUARANTINED]
+    assert state.status is Status.OPEN and temps(state) == {"r5": 6} and state.last_seq == 5
+
+
+def test_quarantined_update_changes_nothing() -> None:
+    state, out = run(STRICT, snapshot(0, r1=1), upsert(2, "r1", 7), upsert(3, "r1", 8))
+    assert temps(state) == {"r1": 1} and len(out.changes) == 1
+
+
+def test_fail_policy_raises_one_line_naming_session_lineage_and_seqs() -> None:
+    gap = upsert(5)
+    with pytest.raises(IntegrityError) as error:
+        run(STRICT_FAIL, snapshot(0, r1=1), gap)
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"session s1 at sensors.a/0@{gap.lineage.offset}" in message
+    assert "expected seq 1, found 5" in message and "(gap)" in message
+
+
+def test_updates_split_across_micro_batches_continue_from_saved_state() -> None:
+    state, _ = run(STRICT, snapshot(0, r1=1), upsert(1, "r1", 2))
+    restored = SessionState.from_json(state.to_json())
+    restored_out = STRICT.process(restored, [upsert(2, "r2", 3)])
+    assert temps(restored) == {"r1": 2, "r2": 3} and not restored_out.violations
+
+
+def test_state_round_trips_through_json_with_buffers() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=5)
+    state, _ = run(machine, snapshot(0, r1=1), upsert(2), upsert(3))
+    restored = SessionState.from_json(state.to_json())
+    assert restored == state
+
+
+def test_expire_marks_the_session_expired() -> None:
+    state, _ = run(STRICT, snapshot(0, r1=1))
+    STRICT.expire(state)
+    assert state.status is Status.EXPIRED
+
+
+# --- ordered -----------------------------------------------------------------------
+
+ORDERED = SessionMachine(Mode.ORDERED)
+
+
+def test_ordered_drops_stale_and_duplicates_and_counts_them() -> None:
+    state, out = run(
+        ORDERED, snapshot(0, r1=1), upsert(1, "r1", 2), upsert(1, "r1", 9), upsert(0, "r1", 9)
+    )
+    assert [v.reason for v in out.violations] == [Reason.DUPLICATE, Reason.OUT_OF_ORDER]
+    assert temps(state) == {"r1": 2} and state.rejected == 2 and state.status is Status.OPEN
+
+
+def test_ordered_accepts_gaps_and_counts_them() -> None:
+    state, out = run(ORDERED, snapshot(0, r1=1), upsert(4, "r1", 4), upsert(5, "r1", 5))
+    assert temps(state) == {"r1": 5} and state.gaps == 1 and not out.violations
+
+
+def test_ordered_mode_does_not_break_a_session_on_an_invalid_record() -> None:
+    state, out = run(ORDERED, snapshot(0, r1=1), rec(raw("1")), upsert(2, "r1", 3))
+    assert [v.reason for v in out.violations] == [Reason.INVALID]
+    assert state.status is Status.OPEN and temps(state) == {"r1": 3}
+
+
+# --- window ------------------------------------------------------------------------
+
+
+def test_window_applies_out_of_order_records_in_seq_order() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=3)
+    state, out = run(
+        machine, snapshot(0, r1=1), upsert(2, "r1", 2), upsert(1, "r1", 1), upsert(3, "r1", 3)
+    )
+    assert [c.seq for c in out.changes] == [0, 1, 2, 3]
+    assert temps(state) == {"r1": 3} and not out.violations and not state.pending
+
+
+def test_window_buffers_across_micro_batches() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=3)
+    state, _ = run(machine, snapshot(0, r1=1), upsert(2, "r1", 2))
+    restored = SessionState.from_json(state.to_json())
+    out = machine.process(restored, [upsert(1, "r1", 1)])
+    assert [c.seq for c in out.changes] == [1, 2] and temps(restored) == {"r1": 2}
+
+
+def test_window_declares_a_gap_when_the_bound_is_exceeded() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=2)
+    state, out = run(
+        machine, snapshot(0, r1=1), upsert(2, "r1", 2), upsert(3, "r1", 3), upsert(4, "r1", 4)
+    )
+    (gap,) = out.violations
+    assert (gap.reason, gap.expected_seq, gap.found_seq) == (Reason.GAP, 1, 2)
+    assert temps(state) == {"r1": 4} and state.last_seq == 4
+
+
+def test_window_rejects_a_record_later_than_the_bound() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=1)
+    state, out = run(machine, snapshot(0, r1=1), upsert(2), upsert(3), upsert(1))
+    assert [v.reason for v in out.violations] == [Reason.GAP, Reason.OUT_OF_ORDER]
+
+
+# --- once and none -----------------------------------------------------------------
+
+
+def test_once_drops_duplicates_whatever_the_order() -> None:
+    machine = SessionMachine(Mode.ONCE)
+    state, out = run(
+        machine, snapshot(0, r1=1), upsert(2, "r1", 2), upsert(1, "r1", 1), upsert(2, "r1", 9)
+    )
+    assert [v.reason for v in out.violations] == [Reason.DUPLICATE]
+    assert temps(state) == {"r1": 1}
+
+
+def test_none_applies_everything_as_it_comes() -> None:
+    machine = SessionMachine(Mode.NONE)
+    state, out = run(
+        machine, snapshot(0, r1=1), upsert(5, "r1", 5), upsert(5, "r1", 6), upsert(2, "r1", 2)
+    )
+    assert temps(state) == {"r1": 2} and not out.violations and state.last_seq == 5
+
+
+@pytest.mark.parametrize("mode", [m for m in Mode if m is not Mode.STRICT])
+def test_lenient_modes_never_fail_the_query(mode: Mode) -> None:
+    machine = SessionMachine(mode, Policy.FAIL, window=1)
+    state, out = run(machine, snapshot(0, r1=1), upsert(3), upsert(3), upsert(1), rec(raw("7")), upsert(9))
+    assert state.status is Status.OPEN and out.violations
+
+
+# --- trace -------------------------------------------------------------------------
+
+
+def test_trace_records_each_transition_with_before_and_after() -> None:
+    machine = SessionMachine(Mode.STRICT, trace=True)
+    gap = upsert(3)
+    _, out = run(machine, snapshot(0, r1=1), gap)
+    assert [t.action for t in out.transitions] == ["apply", "reject:gap:broken"]
+    last = out.transitions[-1]
+    assert last.before["status"] == "open" and last.after["status"] == "broken"
+    assert last.lineage == gap.lineage and last.seq == 3
