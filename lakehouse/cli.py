@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError, SettingsError
 from lakehouse.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DESCRIPTION = """\
 Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.
@@ -77,14 +81,32 @@ def _parser() -> argparse.ArgumentParser:
     produce.set_defaults(handler=_produce)
 
     run = commands.add_parser("run", help="run a layer's job")
-    run.add_argument("layer", choices=("bronze",))
+    run.add_argument("layer", choices=("bronze", "silver"))
     run.add_argument(
         "--continuous",
         action="store_true",
         help="keep running on the configured trigger until Ctrl-C (default: ingest what is "
         "there now, then stop)",
     )
+    run.add_argument(
+        "--trace",
+        nargs="?",
+        const="",
+        metavar="SESSION[,SESSION...]",
+        help="silver: write every state transition of these sessions (all when no list is "
+        "given) to silver.state_transitions",
+    )
     run.set_defaults(handler=_run)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show the live session state in silver's checkpoint",
+        description="Read silver's state store through Spark's state data source: one line "
+        "per live session (status, last seq, rows, records, state size).",
+    )
+    inspect.add_argument("--session", action="append", default=[], help="only these sessions")
+    inspect.add_argument("--limit", type=int, default=50, help="at most this many lines")
+    inspect.set_defaults(handler=_inspect)
     return parser
 
 
@@ -145,11 +167,19 @@ def _produce(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from bronze import sensor_records
     from lakehouse.spark import build_spark
 
     settings = _settings(args)
     spark = build_spark(settings.spark, app_name=f"lakehouse-{args.layer}")
+    if args.layer == "bronze":
+        _run_bronze(spark, settings, args)
+    else:
+        _run_silver(spark, settings, args)
+
+
+def _run_bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:
+    from bronze import sensor_records
+
     stats = sensor_records.run(spark, settings, continuous=args.continuous)
     by_topic = sensor_records.rows_by_topic(spark, settings)
     print(
@@ -158,6 +188,48 @@ def _run(args: argparse.Namespace) -> None:
     )
     for topic, count in by_topic.items():
         print(f"  {topic:<32} {count:>12,}")
+
+
+def _run_silver(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:
+    from silver import reconstruct
+
+    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
+    stats = reconstruct.run(spark, settings, continuous=args.continuous, trace=trace)
+    by_status, by_reason = reconstruct.counts(spark, settings)
+    print(
+        f"silver: +{stats.input_rows:,} bronze records in {stats.batches} batches "
+        f"({stats.seconds:.1f}s)"
+    )
+    print(f"  sessions by status:   {_pairs(by_status)}")
+    print(f"  violations by reason: {_pairs(by_reason) or 'none'}")
+
+
+def _inspect(args: argparse.Namespace) -> None:
+    from pyspark.sql import functions as F
+
+    from lakehouse.spark import build_spark
+    from silver import reconstruct
+
+    settings = _settings(args)
+    spark = build_spark(settings.spark, app_name="lakehouse-inspect")
+    try:
+        state = reconstruct.live_state(spark, settings)
+        if args.session:
+            state = state.where(F.col("session_id").isin(args.session))
+        rows = state.orderBy("session_id").limit(args.limit).collect()
+        total = state.count()
+    except Exception as error:  # Spark's reader says "no state" in a long Java trace
+        from lakehouse.streaming import explain
+
+        raise LakehouseError(f"cannot read silver state: {explain(error)}") from None
+    print(f"{total:,} live sessions in silver state" + (f" (first {len(rows)})" if rows else ""))
+    for r in rows:
+        print(f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
+              f"records={r.records} state={r.state_bytes:,}B")  # fmt: skip
+
+
+def _pairs(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key}={value:,}" for key, value in counts.items())
 
 
 if __name__ == "__main__":

@@ -199,19 +199,25 @@ def _rows(table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def _plan_faults(
     rng: random.Random, spec: TrafficSpec, session_lengths: list[int]
 ) -> dict[int, dict[int, str]]:
-    """session index -> {message index -> fault}; each fault hits its own update record."""
-    # Updates only (never the opening snapshot or the end), and never two neighbours,
-    # so that every injected fault is one distinct, countable event.
-    slots = [(s, i) for s, n in enumerate(session_lengths) for i in range(1, n - 2, 3)]
+    """session index -> {message index -> fault}: at most one fault per session.
+
+    One fault per session, on an update (never the opening snapshot or the end), keeps
+    every injected fault one distinct, countable event: in strict mode a second fault in
+    a session already broken by the first would only be quarantined.
+    """
     wanted = sum(spec.faults.values())
-    if wanted > len(slots):
-        raise LakehouseError(f"{wanted} faults requested but only {len(slots)} update slots exist")
-    chosen = rng.sample(slots, wanted)
+    if wanted > len(session_lengths):
+        raise LakehouseError(
+            f"{wanted} faults requested but only {len(session_lengths)} sessions; "
+            "each fault needs a session of its own"
+        )
+    sessions = rng.sample(range(len(session_lengths)), wanted)
     plan: dict[int, dict[int, str]] = {}
     for fault in FAULTS:
         for _ in range(spec.faults.get(fault, 0)):
-            session, index = chosen.pop()
-            plan.setdefault(session, {})[index] = fault
+            session = sessions.pop()
+            # n - 2 is the last update; a reorder swaps it with its successor, so stop one short.
+            plan[session] = {rng.randrange(1, session_lengths[session] - 2): fault}
     return plan
 
 

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -86,12 +86,39 @@ class BronzeSettings:
 
 
 @dataclass(frozen=True)
+class IntegrityRule:
+    """How sessions of the topics matching `topics` (a regex) are judged."""
+
+    topics: str
+    mode: Literal["strict", "ordered", "window", "once", "none"]
+    policy: Literal["fail", "quarantine"]
+    window: int
+    """`window` mode: how many records may wait for a missing seq."""
+
+
+@dataclass(frozen=True)
+class SilverSettings:
+    integrity: list[IntegrityRule]
+    """First rule whose `topics` matches a session's topic wins."""
+    session_timeout_seconds: int
+    max_files_per_trigger: int
+    trigger_interval: str
+
+    def rule_for(self, topic: str) -> IntegrityRule:
+        for rule in self.integrity:
+            if re.fullmatch(rule.topics, topic):
+                return rule
+        return IntegrityRule(".*", "strict", "quarantine", 100)
+
+
+@dataclass(frozen=True)
 class Settings:
     target: str
     spark: SparkSettings
     storage: StorageSettings
     kafka: KafkaSettings
     bronze: BronzeSettings
+    silver: SilverSettings
 
 
 def conf_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -195,6 +222,21 @@ def _coerce(
     hint: Any, value: Any, path: str, sources: dict[str, str], environ: Mapping[str, str]
 ) -> Any:
     where = _source(sources, path)
+    if typing.get_origin(hint) is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise SettingsError(f"{path!r} in {where}: {value!r} is none of {', '.join(allowed)}")
+        return value
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise SettingsError(f"{path!r} in {where}: expected a list, got {value!r}")
+        return [
+            _build(item, v, sources, environ, prefix=f"{path}[{i}].")
+            if dataclasses.is_dataclass(item)
+            else _coerce(item, v, f"{path}[{i}]", sources, environ)
+            for i, v in enumerate(value)
+        ]
     if typing.get_origin(hint) is dict:
         if value is None:
             return {}

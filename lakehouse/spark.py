@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -36,9 +38,15 @@ def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSe
         .config("spark.sql.session.timeZone", "UTC")
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         .config("spark.ui.showConsoleProgress", "false")
+        # pandas deprecation notices from inside PySpark's own serializers, once per task.
+        .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
     )
     for key, value in settings.conf.items():
         builder = builder.config(key, value)
+    # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
+    # the worker interpreter from the driver's environment, not from spark.* settings. A
+    # cluster target names its executors' interpreter with spark.pyspark.python.
+    os.environ.setdefault("PYSPARK_PYTHON", settings.conf.get("spark.pyspark.python", sys.executable))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     return spark

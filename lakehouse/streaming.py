@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -73,7 +74,17 @@ def explain(error: Exception) -> str:
         )
     if "TimeoutException" in text or "Timed out waiting" in text:
         return "Kafka did not answer in time (is the broker up?): " + _first_line(text)
+    python_error = _python_error(text)
+    if python_error:
+        return python_error
     return _first_line(text)
+
+
+def _python_error(text: str) -> str | None:
+    """The `SomeError: message` line a Python worker or foreachBatch function raised."""
+    found = re.findall(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception): .+)$", text, flags=re.MULTILINE)
+    useful = [line for line in found if not line.startswith(("Py4JJavaError", "PythonException"))]
+    return useful[-1].strip()[:500] if useful else None
 
 
 def _first_line(text: str) -> str:

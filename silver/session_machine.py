@@ -162,6 +162,12 @@ class SessionState:
     """`window` mode: records ahead of the next seq, waiting for the ones before them."""
     seen: set[int] = field(default_factory=set)
     """`once` mode: every seq applied so far."""
+    rows_at_end: int | None = None
+    """Rows when the session ended: the table itself is dropped from state then."""
+
+    @property
+    def table_rows(self) -> int:
+        return len(self.table) if self.rows_at_end is None else self.rows_at_end
 
     def to_json(self) -> str:
         body = asdict(self)
@@ -298,13 +304,13 @@ class SessionMachine:
             state.last_event_time = record.event_time
         expected = 0 if state.last_seq is None else state.last_seq + 1
 
-        if record.problem:
-            return self._reject(state, record, out, record.problem, record.detail or "", expected)
-        assert record.seq is not None
         if state.status in (Status.CLOSED, Status.EXPIRED):
             return self._reject(
                 state, record, out, Reason.AFTER_END, f"session already {state.status}", expected
             )
+        if record.problem:
+            return self._reject(state, record, out, record.problem, record.detail or "", expected)
+        assert record.seq is not None
         if state.status is Status.BROKEN:
             if record.kind == "snapshot":
                 state.status, state.broken_at_seq = Status.OPEN, None
@@ -474,8 +480,10 @@ class SessionMachine:
                 )
                 state.table[record.row_id] = record.values
         else:
-            state.status = Status.CLOSED
-            state.pending.clear()
+            # What is left of a closed session is a tombstone of counters, kept until the
+            # timeout so that a straggler is recognised as arriving after the end.
+            state.status, state.rows_at_end = Status.CLOSED, len(state.table)
+            state.table, state.pending, state.seen = {}, {}, set()
         return action
 
     @staticmethod

@@ -127,9 +127,10 @@ def test_later_snapshot_replaces_the_table_and_deletes_vanished_rows() -> None:
     assert ("r1", "delete") in [(c.row_id, c.op) for c in out.changes]
 
 
-def test_end_closes_the_session() -> None:
-    state, _ = run(STRICT, snapshot(0, r1=1), end(1))
+def test_end_closes_the_session_and_drops_its_table_from_state() -> None:
+    state, _ = run(STRICT, snapshot(0, r1=1, r2=2), end(1))
     assert state.status is Status.CLOSED
+    assert state.table == {} and state.table_rows == 2
 
 
 def test_record_after_end_is_rejected_without_breaking() -> None:

@@ -1,0 +1,289 @@
+"""The silver stream: bronze records -> per-session state machine -> the silver tables.
+
+Bronze is read as a Delta stream; each record is keyed by the `session_id` in its value;
+`applyInPandasWithState` hands each session's records of a micro-batch to
+`SessionMachine` after sorting them by Kafka (partition, offset); one `foreachBatch`
+writes all silver tables, each write idempotent under the batch's Delta transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from lakehouse.settings import Settings, SilverSettings
+from lakehouse.streaming import RunStats, await_query
+from silver import row_changes, session_rows, sessions, state_transitions, tables, violations
+from silver.session_machine import (
+    STATE_VERSION,
+    Lineage,
+    Mode,
+    Output,
+    Policy,
+    SessionMachine,
+    SessionState,
+    Status,
+    parse_record,
+)
+
+LAYER = "silver"
+QUERY_NAME = "silver.sessions_stream"
+TABLES = {
+    "row_changes": row_changes,
+    "session_rows": session_rows,
+    "sessions": sessions,
+    "violations": violations,
+    "state_transitions": state_transitions,
+}
+STATE_SCHEMA = (
+    "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
+)
+OUTPUT_SCHEMA = """
+    output STRING, session_id STRING, sensor_id STRING, row_id STRING, op STRING,
+    temperature DOUBLE, humidity DOUBLE, pressure DOUBLE, status STRING, counter BIGINT,
+    seq BIGINT, ordinal BIGINT, event_time STRING, topic STRING, partition INT, offset BIGINT,
+    reason STRING, detail STRING, expected_seq BIGINT, found_seq BIGINT, raw_value BINARY,
+    session_status STRING, first_seq BIGINT, last_seq BIGINT, records BIGINT, snapshots BIGINT,
+    updates BIGINT, rejected BIGINT, gaps BIGINT, table_rows BIGINT, first_event_time STRING,
+    last_event_time STRING, first_topic STRING, first_partition INT, first_offset BIGINT,
+    action STRING, before STRING, after STRING
+"""
+OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
+_INTEGER_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")
+                    if c.strip().split(" ")[1] in ("BIGINT", "INT")]  # fmt: skip
+
+
+UNKEYED = ""
+"""The group of records no session can claim (no readable session_id): rejected, no state."""
+
+
+def key_records(bronze: DataFrame) -> DataFrame:
+    """Bronze records with the session they belong to, UNKEYED when the value names none."""
+    session_id = F.get_json_object(F.col("value").cast("string"), "$.session_id")
+    return bronze.select(
+        F.coalesce(session_id, F.lit(UNKEYED)).alias("session_id"),
+        "topic", "partition", "offset", "value",
+    )  # fmt: skip
+
+
+def reconstruct_sessions(
+    keyed: DataFrame, silver: SilverSettings, trace: frozenset[str] | None
+) -> DataFrame:
+    """One output row per row change, violation, trace step and touched session.
+
+    `trace` is None (off), empty (every session) or the session ids to trace.
+    """
+    timeout_ms = silver.session_timeout_seconds * 1000
+
+    def machine_for(topic: str, session_id: str) -> SessionMachine:
+        rule = silver.rule_for(topic)
+        traced = trace is not None and (not trace or session_id in trace)
+        return SessionMachine(Mode(rule.mode), Policy(rule.policy), rule.window, traced)
+
+    def on_session(
+        key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        session_id = str(key[0])
+        if session_id == UNKEYED:
+            yield unkeyed_violations(pd.concat(list(chunks), ignore_index=True))
+            return
+        if state.hasTimedOut:
+            session = load_state(state.get)
+            state.remove()
+            if session.status is not Status.CLOSED:
+                machine_for(_topic(session), session_id).expire(session)
+                yield to_frame(Output(), session)
+            return
+        # Spark hands a group's rows over in no order and in several chunks; Kafka
+        # (partition, offset) is the order the sensor sent them in.
+        batch = pd.concat(list(chunks), ignore_index=True).sort_values(["partition", "offset"])
+        session = load_state(state.get) if state.exists else SessionState(session_id)
+        records = [
+            parse_record(session_id, raw, Lineage(topic, int(partition), int(offset)))
+            for topic, partition, offset, raw in zip(
+                batch["topic"], batch["partition"], batch["offset"], batch["value"], strict=True
+            )
+        ]
+        topic = _topic(session) if session.first_lineage else records[0].lineage.topic
+        out = machine_for(topic, session_id).process(session, records)
+        # A closed session stays until the timeout, so that a record after its end is
+        # rejected as such in any later batch rather than opening a new session.
+        state.update(save_state(session))
+        state.setTimeoutDuration(timeout_ms)
+        yield to_frame(out, session)
+
+    return (
+        keyed.where(F.col("session_id").isNotNull())
+        .groupBy("session_id")
+        .applyInPandasWithState(
+            on_session,
+            OUTPUT_SCHEMA,
+            STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.ProcessingTimeTimeout,
+        )
+    )
+
+
+def unkeyed_violations(batch: pd.DataFrame) -> pd.DataFrame:
+    """One `unparsable` violation per record that names no session."""
+    frame = pd.DataFrame({
+        "output": "violation", "reason": "unparsable",
+        "detail": "no session_id: not a JSON object with a string session_id",
+        "raw_value": batch["value"], "topic": batch["topic"], "partition": batch["partition"],
+        "offset": batch["offset"],
+    }, columns=OUTPUT_COLUMNS)  # fmt: skip
+    return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
+
+
+def _topic(session: SessionState) -> str:
+    return session.first_lineage.topic if session.first_lineage else ""
+
+
+def save_state(session: SessionState) -> tuple[Any, ...]:
+    # A few plain columns beside the JSON body make `lakehouse inspect` readable.
+    return (STATE_VERSION, str(session.status), session.last_seq, session.table_rows,
+            session.records, session.to_json())  # fmt: skip
+
+
+def load_state(row: tuple[Any, ...]) -> SessionState:
+    version = row[0]
+    if version != STATE_VERSION:
+        raise RuntimeError(
+            f"STATE_VERSION_MISMATCH: the checkpoint holds silver state version {version}, this "
+            f"code reads version {STATE_VERSION}; rebuild silver from bronze on a new checkpoint"
+        )
+    return SessionState.from_json(row[5])
+
+
+def to_rows(out: Output, session: SessionState) -> list[dict[str, Any]]:
+    """The machine's output as rows of OUTPUT_SCHEMA, the session's summary last."""
+    rows: list[dict[str, Any]] = []
+    for change in out.changes:
+        rows.append({"output": "change", "session_id": change.session_id,
+                     "sensor_id": change.sensor_id, "row_id": change.row_id, "op": change.op,
+                     **(change.values or {}), "seq": change.seq, "event_time": change.event_time,
+                     **_lineage(change.lineage)})  # fmt: skip
+    for v in out.violations:
+        rows.append({"output": "violation", "session_id": v.session_id, "sensor_id": v.sensor_id,
+                     "reason": str(v.reason), "detail": v.detail, "expected_seq": v.expected_seq,
+                     "found_seq": v.found_seq, "raw_value": v.raw, **_lineage(v.lineage)})  # fmt: skip
+    for t in out.transitions:
+        rows.append({"output": "transition", "session_id": t.session_id, "seq": t.seq,
+                     "action": t.action, "before": json.dumps(t.before),
+                     "after": json.dumps(t.after), **_lineage(t.lineage)})  # fmt: skip
+    first = session.first_lineage
+    rows.append({
+        "output": "session", "session_id": session.session_id, "sensor_id": session.sensor_id,
+        "session_status": str(session.status), "first_seq": session.first_seq,
+        "last_seq": session.last_seq, "records": session.records,
+        "snapshots": session.snapshots, "updates": session.updates,
+        "rejected": session.rejected, "gaps": session.gaps, "table_rows": session.table_rows,
+        "first_event_time": session.first_event_time, "last_event_time": session.last_event_time,
+        "first_topic": first.topic if first else None,
+        "first_partition": first.partition if first else None,
+        "first_offset": first.offset if first else None,
+        **(_lineage(session.last_lineage) if session.last_lineage else {}),
+    })  # fmt: skip
+    for ordinal, row in enumerate(rows):
+        row["ordinal"] = ordinal
+    return rows
+
+
+def _lineage(lineage: Lineage) -> dict[str, Any]:
+    return {"topic": lineage.topic, "partition": lineage.partition, "offset": lineage.offset}
+
+
+def to_frame(out: Output, session: SessionState) -> pd.DataFrame:
+    frame = pd.DataFrame(to_rows(out, session), columns=OUTPUT_COLUMNS)
+    return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
+
+
+def create_tables(spark: SparkSession, settings: Settings) -> None:
+    for table, module in TABLES.items():
+        tables.create(spark, settings.storage.table_uri(LAYER, table), module.COLUMNS)
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    continuous: bool = False,
+    trace: frozenset[str] | None = None,
+) -> RunStats:
+    """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`)."""
+    create_tables(spark, settings)
+    # Without this, processing-time timeouts make Spark run empty batches forever and an
+    # availableNow run never ends; sessions then expire at the next batch that has data.
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    path = {table: settings.storage.table_uri(LAYER, table) for table in TABLES}
+    bronze = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
+        .load(settings.storage.table_uri("bronze", "sensor_records"))
+    )
+    keyed = key_records(bronze)
+    outputs = reconstruct_sessions(keyed, settings.silver, trace)
+    query_id: list[str] = []
+    started = threading.Event()
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        started.wait()
+        txn = tables.Txn(query_id[0], batch_id)
+        # Every table reads the same outputs: computed once, not once per write.
+        batch.persist()
+        try:
+            row_changes.write(batch, path["row_changes"], txn)
+            violations.write(batch, path["violations"], txn)
+            state_transitions.write(batch, path["state_transitions"], txn)
+            session_rows.write(batch, path["session_rows"], txn)
+            sessions.write(batch, path["sessions"], txn)
+        finally:
+            batch.unpersist()
+
+    writer = (
+        outputs.writeStream.queryName(QUERY_NAME)
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", settings.storage.checkpoint_uri(LAYER, "sessions_stream"))
+    )
+    if continuous:
+        writer = writer.trigger(processingTime=settings.silver.trigger_interval)
+    else:
+        writer = writer.trigger(availableNow=True)
+    query = writer.start()
+    query_id.append(str(query.id))
+    started.set()
+    return await_query(query, QUERY_NAME)
+
+
+def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """Sessions by status and violations by reason, for the summary a run ends with."""
+
+    def grouped(table: str, column: str) -> dict[str, int]:
+        frame = spark.read.format("delta").load(settings.storage.table_uri(LAYER, table))
+        return {r[column]: r["count"] for r in sorted(frame.groupBy(column).count().collect())}
+
+    return grouped("sessions", "status"), grouped("violations", "reason")
+
+
+def live_state(spark: SparkSession, settings: Settings) -> DataFrame:
+    """One row per session held in the silver checkpoint's state store, as of its last batch."""
+    checkpoint = settings.storage.checkpoint_uri(LAYER, "sessions_stream")
+    # RocksDB state is loaded through the state store coordinator, which Spark only starts
+    # with the streaming query manager: touch it in a session that runs no stream.
+    spark.streams.active  # noqa: B018
+    return spark.read.format("statestore").load(checkpoint).select(
+        F.col("key.session_id").alias("session_id"),
+        F.col("value.groupState.status").alias("status"),
+        F.col("value.groupState.last_seq").alias("last_seq"),
+        F.col("value.groupState.table_rows").alias("table_rows"),
+        F.col("value.groupState.records").alias("records"),
+        F.col("value.groupState.version").alias("state_version"),
+        F.length("value.groupState.body").alias("state_bytes"),
+    )

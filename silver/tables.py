@@ -1,0 +1,47 @@
+"""What every silver table shares: creation, idempotent writes and the batch's lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL"
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's idempotent-write key: a replayed micro-batch is skipped, not written twice."""
+
+    app_id: str
+    version: int
+
+
+def create(spark: SparkSession, path: str, columns: str) -> None:
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({columns}, {LINEAGE_COLUMNS}) USING delta"
+    )
+
+
+def append(frame: DataFrame, path: str, txn: Txn) -> None:
+    (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", txn.app_id)
+        .option("txnVersion", txn.version)
+        .save(path)
+    )
+
+
+@contextmanager
+def merge_txn(spark: SparkSession, txn: Txn) -> Iterator[None]:
+    """MERGE has no writer options; Delta reads the transaction from session settings."""
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")

@@ -1,0 +1,117 @@
+"""A small, independent reconstruction of silver (strict mode, quarantine policy).
+
+Written apart from `silver.session_machine`, in the plainest way, so that tests compare
+the streaming job against a second opinion rather than against itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+ROW_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
+
+
+@dataclass
+class Expected:
+    rows: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
+    """(session, row) -> (values..., seq, topic, partition, offset)"""
+    sessions: dict[str, tuple[str, int | None, int, int, int]] = field(default_factory=dict)
+    """session -> (status, last_seq, records, rejected, table rows)"""
+    violations: Counter[tuple[str | None, str, int]] = field(default_factory=Counter)
+    """(session, reason, offset) -> count"""
+    changes: Counter[tuple[str, str, str, int]] = field(default_factory=Counter)
+    """(session, row, op, seq) -> count"""
+
+
+def session_of(value: bytes) -> str | None:
+    try:
+        body = json.loads(value)
+        return body.get("session_id") if isinstance(body, dict) else None
+    except ValueError:
+        found = re.search(rb'"session_id"\s*:\s*"([^"]*)"', value)
+        return found.group(1).decode() if found else None
+
+
+def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
+    """records: (topic, partition, offset, value) in any order."""
+    expected = Expected()
+    by_session: dict[str | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
+    for record in records:
+        by_session[session_of(record[3])].append(record)
+    for topic, _, offset, _ in by_session.pop(None, []):
+        expected.violations[(None, "unparsable", offset)] += 1
+    for session, items in by_session.items():
+        _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
+    return expected
+
+
+def _replay(session: str, items: list[tuple[str, int, int, bytes]], expected: Expected) -> None:
+    table: dict[str, tuple[Any, ...]] = {}
+    last_seq: int | None = None
+    status, seen_snapshot, rejected = "open", False, 0
+    for topic, partition, offset, value in items:
+        lineage = (topic, partition, offset)
+
+        def reject(reason: str, breaks: bool = True) -> None:
+            nonlocal rejected, status
+            rejected += 1
+            expected.violations[(session, reason, offset)] += 1
+            if breaks:
+                status = "broken"
+
+        if status == "closed":
+            reject("after_end", breaks=False)
+            continue
+        try:
+            m = json.loads(value)
+        except ValueError:
+            reject("unparsable")
+            continue
+        seq, kind = m.get("seq"), m.get("kind")
+        if not isinstance(seq, int) or "event_time" not in m or "sensor_id" not in m:
+            reject("invalid")
+            continue
+        if status == "broken" and kind != "snapshot":
+            reject("quarantined", breaks=False)
+            continue
+        want = 0 if last_seq is None else last_seq + 1
+        if status != "broken":
+            if seq > want:
+                reject("gap")
+                continue
+            if seq < want:
+                reject("duplicate" if seq == last_seq else "out_of_order")
+                continue
+        if kind == "update" and not seen_snapshot:
+            reject("update_before_snapshot")
+            continue
+        if kind == "update" and m["op"] == "delete" and m["row_id"] not in table:
+            reject("unknown_row")
+            continue
+        status = "open" if status == "broken" else status
+        last_seq = seq if last_seq is None else max(last_seq, seq)
+        if kind == "snapshot":
+            new = {r["row_id"]: tuple(r["values"][f] for f in ROW_FIELDS) for r in m["rows"]}
+            for row in table.keys() - new.keys():
+                expected.changes[(session, row, "delete", seq)] += 1
+            for row in new:
+                expected.changes[(session, row, "snapshot", seq)] += 1
+            table = {row: (*v, seq, *lineage) for row, v in new.items()}
+            seen_snapshot = True
+        elif kind == "update" and m["op"] == "delete":
+            del table[m["row_id"]]
+            expected.changes[(session, m["row_id"], "delete", seq)] += 1
+        elif kind == "update":
+            row = m["row"]["row_id"]
+            op = "update" if row in table else "insert"
+            table[row] = (*(m["row"]["values"][f] for f in ROW_FIELDS), seq, *lineage)
+            expected.changes[(session, row, op, seq)] += 1
+        else:
+            status = "closed"
+    expected.sessions[session] = (status, last_seq, len(items), rejected, len(table))
+    for row, values in table.items():
+        expected.rows[(session, row)] = values
