@@ -297,7 +297,9 @@ def test_none_applies_everything_as_it_comes() -> None:
 @pytest.mark.parametrize("mode", [m for m in Mode if m is not Mode.STRICT])
 def test_lenient_modes_never_fail_the_query(mode: Mode) -> None:
     machine = SessionMachine(mode, Policy.FAIL, window=1)
-    state, out = run(machine, snapshot(0, r1=1), upsert(3), upsert(3), upsert(1), rec(raw("7")), upsert(9))
+    state, out = run(
+        machine, snapshot(0, r1=1), upsert(3), upsert(3), upsert(1), rec(raw("7")), upsert(9)
+    )
     assert state.status is Status.OPEN and out.violations
 
 

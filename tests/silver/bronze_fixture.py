@@ -1,0 +1,39 @@
+"""Bronze tables written directly from generated traffic, in as many commits as asked."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from bronze import sensor_records
+from lakehouse.producer import TrafficSpec, generate_traffic
+
+
+def kafka_records(spec: TrafficSpec) -> list[tuple[str, int, int, bytes | None, bytes]]:
+    """What a broker would hold: (topic, partition, offset, key, value), offsets per partition."""
+    next_offset: dict[tuple[str, int], int] = defaultdict(int)
+    records = []
+    for r in generate_traffic(spec):
+        offset = next_offset[(r.topic, r.partition)]
+        next_offset[(r.topic, r.partition)] += 1
+        records.append((r.topic, r.partition, offset, r.key, r.value))
+    return records
+
+
+def write_bronze(
+    spark: SparkSession, path: str, records: list[tuple], commits: int, rng: random.Random
+) -> None:
+    """Append the records in `commits` commits, in Kafka order across commits and shuffled
+    within each, the way a Spark task layout would leave them."""
+    sensor_records.create_table(spark, path)
+    cuts = sorted(rng.sample(range(1, len(records)), commits - 1)) if commits > 1 else []
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    for batch_id, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(records)], strict=True)):
+        chunk = records[start:stop]
+        rng.shuffle(chunk)
+        rows = [(t, p, o, k, v, now, 0, [], now, batch_id) for t, p, o, k, v in chunk]
+        frame = spark.createDataFrame(rows, schema=spark.read.format("delta").load(path).schema)
+        frame.coalesce(1).write.format("delta").mode("append").save(path)
