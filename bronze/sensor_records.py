@@ -122,7 +122,7 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
     query = writer.start()
     query_id.append(str(query.id))
     started.set()
-    return await_query(query, NAME)
+    return await_query(query, NAME, settings.storage.checkpoint_uri(LAYER, TABLE))
 
 
 def rows_by_topic(spark: SparkSession, settings: Settings) -> dict[str, int]:

@@ -49,6 +49,10 @@ class TrafficSpec:
     """Send a fresh snapshot after this many updates (0: never)."""
     faults: dict[str, int] = field(default_factory=dict)
     start_time: datetime = datetime(2026, 1, 1, tzinfo=UTC)
+    end_sessions: bool = True
+    """Close each session with `end`; False leaves them all live (state-size benchmarks)."""
+    session_stagger_seconds: float = 37.0
+    """A sensor's sessions start this far apart; smaller means more live at once."""
     topic_prefix: str = "sensors."
     partitions: int = 3
 
@@ -144,7 +148,7 @@ def _session_messages(
     rng: random.Random, spec: TrafficSpec, sensor: str, index: int
 ) -> list[dict[str, Any]]:
     session_id = f"{sensor}-{index:04d}-{rng.getrandbits(32):08x}"
-    clock = spec.start_time + timedelta(seconds=index * 37 + rng.uniform(0, 30))
+    clock = spec.start_time + timedelta(seconds=index * spec.session_stagger_seconds + rng.uniform(0, 30))
     table = {f"r{n:04d}": _row_values(rng) for n in range(spec.rows_per_snapshot)}
     next_row = spec.rows_per_snapshot
 
@@ -175,8 +179,9 @@ def _session_messages(
         messages.append(
             message("update", op="upsert", row={"row_id": row_id, "values": table[row_id]})
         )
-    clock += timedelta(seconds=1)
-    messages.append(message("end"))
+    if spec.end_sessions:
+        clock += timedelta(seconds=1)
+        messages.append(message("end"))
     for seq, m in enumerate(messages):
         m["seq"] = seq
     return messages

@@ -23,7 +23,9 @@ class RunStats:
     seconds: float = 0.0
 
 
-def await_query(query: StreamingQuery, label: str, echo: Callable[[str], None] = print) -> RunStats:
+def await_query(
+    query: StreamingQuery, label: str, checkpoint: str, echo: Callable[[str], None] = print
+) -> RunStats:
     """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
 
     A clean stop waits for the running batch to commit, so a restart has nothing to redo.
@@ -55,7 +57,7 @@ def await_query(query: StreamingQuery, label: str, echo: Callable[[str], None] =
                     )
         query.awaitTermination()
     except StreamingQueryException as error:
-        raise LakehouseError(f"{label} failed: {explain(error)}") from None
+        raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}") from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -63,9 +65,16 @@ def await_query(query: StreamingQuery, label: str, echo: Callable[[str], None] =
     return stats
 
 
-def explain(error: Exception) -> str:
+def explain(error: Exception, checkpoint: str = "its checkpoint") -> str:
     """The one line of a streaming failure that says what happened."""
     text = str(getattr(error, "desc", None) or error)
+    if re.search(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH", text):
+        return (
+            f"the state in {checkpoint} was written with another state schema than this "
+            "code uses; state cannot be migrated in place: move the checkpoint aside and "
+            "rerun to rebuild from the upstream table on a new checkpoint. Spark said: "
+            + _first_line(text.split("exception: ")[-1])
+        )
     if "KAFKA_DATA_LOSS" in text or "OffsetOutOfRange" in text:
         return (
             "Kafka no longer has offsets this stream has not read yet (aged out by retention "

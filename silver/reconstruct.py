@@ -247,10 +247,11 @@ def run(
         finally:
             batch.unpersist()
 
+    checkpoint = settings.storage.checkpoint_uri(LAYER, "sessions_stream")
     writer = (
         outputs.writeStream.queryName(QUERY_NAME)
         .foreachBatch(write_batch)
-        .option("checkpointLocation", settings.storage.checkpoint_uri(LAYER, "sessions_stream"))
+        .option("checkpointLocation", checkpoint)
     )
     if continuous:
         writer = writer.trigger(processingTime=settings.silver.trigger_interval)
@@ -259,7 +260,7 @@ def run(
     query = writer.start()
     query_id.append(str(query.id))
     started.set()
-    return await_query(query, QUERY_NAME)
+    return await_query(query, QUERY_NAME, checkpoint)
 
 
 def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:

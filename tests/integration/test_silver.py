@@ -202,3 +202,23 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
     inspect = run_lakehouse("inspect", "--session", traced, env=env)
     assert inspect.returncode == 0, inspect.stderr[-2000:]
     assert f"{traced}" in inspect.stdout and "1 live sessions" in inspect.stdout
+
+
+def test_state_schema_change_against_an_old_checkpoint_says_what_to_do(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakehouse.errors import LakehouseError
+
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
+    path = s.storage.table_uri("bronze", "sensor_records")
+    write_bronze(spark, path, kafka_records(small_spec(8, {}, sensors=1)), 1, random.Random(8))
+    reconstruct.run(spark, s)
+    write_bronze(spark, path, kafka_records(small_spec(9, {}, sensors=1)), 1, random.Random(9))
+    monkeypatch.setattr(reconstruct, "STATE_SCHEMA", reconstruct.STATE_SCHEMA + ", extra STRING")
+
+    with pytest.raises(LakehouseError) as error:
+        reconstruct.run(spark, s)
+
+    message = str(error.value)
+    assert "state" in message and "schema" in message
+    assert "new checkpoint" in message and "sessions_stream" in message
