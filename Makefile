@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 setup: $(VENV)/.installed ## install Python deps and resolve the pinned JVM jars (idempotent)
 	$(LH) setup
 
-demo: setup ## start a local broker, produce sensor traffic, ingest it into bronze
+demo: setup ## start a local broker, produce sensor traffic, run bronze and silver into bronze
 	bash scripts/demo.sh
 
 test: setup ## run the whole test suite against a real broker, Spark and Delta
@@ -35,6 +35,7 @@ lint: setup ## pre-commit hooks: hygiene, ruff, mypy
 
 bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python benchmarks/bronze.py
+	$(BIN)/python benchmarks/silver.py
 
 clean: ## stop the embedded broker and delete local state (tables, checkpoints, broker data)
 	-$(LH) kafka stop

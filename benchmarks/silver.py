@@ -77,7 +77,8 @@ def main() -> None:
             parse_s = best_of(2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}"))
             silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
             print(
-                f"\nbronze records:          {total:,} ({args.sensors * args.sessions:,} concurrent sessions)"
+                f"\nbronze records:          {total:,} "
+                f"({args.sensors * args.sessions:,} concurrent sessions)"
             )
             print(f"(a) bronze->parse->noop: {total / parse_s:>10,.0f} records/s ({parse_s:.1f}s)")
             print(
@@ -114,7 +115,8 @@ def main() -> None:
                 )
                 print(f"\nlive sessions in state:  {sizes.n:,}, each a {args.rows}-row table")
                 print(
-                    f"state values (JSON):     {sizes.b / 2**20:,.1f} MiB ({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
+                    f"state values (JSON):     {sizes.b / 2**20:,.1f} MiB "
+                    f"({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
                 )
                 print(f"RocksDB checkpoint dir:  {on_disk / 2**20:,.1f} MiB on disk")
         finally:
@@ -135,7 +137,7 @@ def ingest(
     )
     spec = TrafficSpec(**{**spec.__dict__, "topic_prefix": prefix})
     print(
-        f"producing {spec.sensors * spec.sessions_per_sensor * (spec.updates_per_session + 2):,} records ...",
+        f"producing {spec.sensors * spec.sessions_per_sensor:,} sessions ...",
         flush=True,
     )
     produce(spec, bootstrap, progress=True)

@@ -148,7 +148,9 @@ def _session_messages(
     rng: random.Random, spec: TrafficSpec, sensor: str, index: int
 ) -> list[dict[str, Any]]:
     session_id = f"{sensor}-{index:04d}-{rng.getrandbits(32):08x}"
-    clock = spec.start_time + timedelta(seconds=index * spec.session_stagger_seconds + rng.uniform(0, 30))
+    clock = spec.start_time + timedelta(
+        seconds=index * spec.session_stagger_seconds + rng.uniform(0, 30)
+    )
     table = {f"r{n:04d}": _row_values(rng) for n in range(spec.rows_per_snapshot)}
     next_row = spec.rows_per_snapshot
 

@@ -233,7 +233,7 @@ def _coerce(
             raise SettingsError(f"{path!r} in {where}: expected a list, got {value!r}")
         return [
             _build(item, v, sources, environ, prefix=f"{path}[{i}].")
-            if dataclasses.is_dataclass(item)
+            if isinstance(item, type) and dataclasses.is_dataclass(item)
             else _coerce(item, v, f"{path}[{i}]", sources, environ)
             for i, v in enumerate(value)
         ]

@@ -46,7 +46,9 @@ def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSe
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
-    os.environ.setdefault("PYSPARK_PYTHON", settings.conf.get("spark.pyspark.python", sys.executable))
+    os.environ.setdefault(
+        "PYSPARK_PYTHON", settings.conf.get("spark.pyspark.python", sys.executable)
+    )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
     return spark

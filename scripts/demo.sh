@@ -23,4 +23,10 @@ $lakehouse produce --sensors 3 --sessions 4 --rows 200 --updates 250 \
 step "ingest Kafka into bronze.sensor_records (every record, bytes untouched)"
 $lakehouse run bronze
 
+step "rebuild every session in silver (strict sequence checks, quarantine on violation)"
+$lakehouse run silver
+
+step "live session state in silver's checkpoint (first 5)"
+$lakehouse inspect --limit 5
+
 printf '\nTables and checkpoints are under %s/lake.\n' "$demo_state"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -56,8 +56,11 @@ OUTPUT_SCHEMA = """
     action STRING, before STRING, after STRING
 """
 OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
-_INTEGER_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")
-                    if c.strip().split(" ")[1] in ("BIGINT", "INT")]  # fmt: skip
+_INTEGER_COLUMNS = [
+    c.strip().split(" ")[0]
+    for c in OUTPUT_SCHEMA.split(",")
+    if c.strip().split(" ")[1] in ("BIGINT", "INT")
+]
 
 
 UNKEYED = ""
@@ -69,8 +72,11 @@ def key_records(bronze: DataFrame) -> DataFrame:
     session_id = F.get_json_object(F.col("value").cast("string"), "$.session_id")
     return bronze.select(
         F.coalesce(session_id, F.lit(UNKEYED)).alias("session_id"),
-        "topic", "partition", "offset", "value",
-    )  # fmt: skip
+        "topic",
+        "partition",
+        "offset",
+        "value",
+    )
 
 
 def reconstruct_sessions(
@@ -88,7 +94,7 @@ def reconstruct_sessions(
         return SessionMachine(Mode(rule.mode), Policy(rule.policy), rule.window, traced)
 
     def on_session(
-        key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: GroupState
+        key: tuple[Any, ...], chunks: Iterable[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
         session_id = str(key[0])
         if session_id == UNKEYED:
@@ -119,27 +125,29 @@ def reconstruct_sessions(
         state.setTimeoutDuration(timeout_ms)
         yield to_frame(out, session)
 
-    return (
-        keyed.where(F.col("session_id").isNotNull())
-        .groupBy("session_id")
-        .applyInPandasWithState(
-            on_session,
-            OUTPUT_SCHEMA,
-            STATE_SCHEMA,
-            "append",
-            GroupStateTimeout.ProcessingTimeTimeout,
-        )
+    return keyed.groupBy("session_id").applyInPandasWithState(
+        on_session,
+        OUTPUT_SCHEMA,
+        STATE_SCHEMA,
+        "append",
+        GroupStateTimeout.ProcessingTimeTimeout,
     )
 
 
 def unkeyed_violations(batch: pd.DataFrame) -> pd.DataFrame:
     """One `unparsable` violation per record that names no session."""
-    frame = pd.DataFrame({
-        "output": "violation", "reason": "unparsable",
-        "detail": "no session_id: not a JSON object with a string session_id",
-        "raw_value": batch["value"], "topic": batch["topic"], "partition": batch["partition"],
-        "offset": batch["offset"],
-    }, columns=OUTPUT_COLUMNS)  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "output": "violation",
+            "reason": "unparsable",
+            "detail": "no session_id: not a JSON object with a string session_id",
+            "raw_value": batch["value"],
+            "topic": batch["topic"],
+            "partition": batch["partition"],
+            "offset": batch["offset"],
+        },
+        columns=OUTPUT_COLUMNS,
+    )
     return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
 
 
@@ -149,8 +157,14 @@ def _topic(session: SessionState) -> str:
 
 def save_state(session: SessionState) -> tuple[Any, ...]:
     # A few plain columns beside the JSON body make `lakehouse inspect` readable.
-    return (STATE_VERSION, str(session.status), session.last_seq, session.table_rows,
-            session.records, session.to_json())  # fmt: skip
+    return (
+        STATE_VERSION,
+        str(session.status),
+        session.last_seq,
+        session.table_rows,
+        session.records,
+        session.to_json(),
+    )
 
 
 def load_state(row: tuple[Any, ...]) -> SessionState:
@@ -167,31 +181,68 @@ def to_rows(out: Output, session: SessionState) -> list[dict[str, Any]]:
     """The machine's output as rows of OUTPUT_SCHEMA, the session's summary last."""
     rows: list[dict[str, Any]] = []
     for change in out.changes:
-        rows.append({"output": "change", "session_id": change.session_id,
-                     "sensor_id": change.sensor_id, "row_id": change.row_id, "op": change.op,
-                     **(change.values or {}), "seq": change.seq, "event_time": change.event_time,
-                     **_lineage(change.lineage)})  # fmt: skip
+        rows.append(
+            {
+                "output": "change",
+                "session_id": change.session_id,
+                "sensor_id": change.sensor_id,
+                "row_id": change.row_id,
+                "op": change.op,
+                **(change.values or {}),
+                "seq": change.seq,
+                "event_time": change.event_time,
+                **_lineage(change.lineage),
+            }
+        )
     for v in out.violations:
-        rows.append({"output": "violation", "session_id": v.session_id, "sensor_id": v.sensor_id,
-                     "reason": str(v.reason), "detail": v.detail, "expected_seq": v.expected_seq,
-                     "found_seq": v.found_seq, "raw_value": v.raw, **_lineage(v.lineage)})  # fmt: skip
+        rows.append(
+            {
+                "output": "violation",
+                "session_id": v.session_id,
+                "sensor_id": v.sensor_id,
+                "reason": str(v.reason),
+                "detail": v.detail,
+                "expected_seq": v.expected_seq,
+                "found_seq": v.found_seq,
+                "raw_value": v.raw,
+                **_lineage(v.lineage),
+            }
+        )
     for t in out.transitions:
-        rows.append({"output": "transition", "session_id": t.session_id, "seq": t.seq,
-                     "action": t.action, "before": json.dumps(t.before),
-                     "after": json.dumps(t.after), **_lineage(t.lineage)})  # fmt: skip
+        rows.append(
+            {
+                "output": "transition",
+                "session_id": t.session_id,
+                "seq": t.seq,
+                "action": t.action,
+                "before": json.dumps(t.before),
+                "after": json.dumps(t.after),
+                **_lineage(t.lineage),
+            }
+        )
     first = session.first_lineage
-    rows.append({
-        "output": "session", "session_id": session.session_id, "sensor_id": session.sensor_id,
-        "session_status": str(session.status), "first_seq": session.first_seq,
-        "last_seq": session.last_seq, "records": session.records,
-        "snapshots": session.snapshots, "updates": session.updates,
-        "rejected": session.rejected, "gaps": session.gaps, "table_rows": session.table_rows,
-        "first_event_time": session.first_event_time, "last_event_time": session.last_event_time,
-        "first_topic": first.topic if first else None,
-        "first_partition": first.partition if first else None,
-        "first_offset": first.offset if first else None,
-        **(_lineage(session.last_lineage) if session.last_lineage else {}),
-    })  # fmt: skip
+    rows.append(
+        {
+            "output": "session",
+            "session_id": session.session_id,
+            "sensor_id": session.sensor_id,
+            "session_status": str(session.status),
+            "first_seq": session.first_seq,
+            "last_seq": session.last_seq,
+            "records": session.records,
+            "snapshots": session.snapshots,
+            "updates": session.updates,
+            "rejected": session.rejected,
+            "gaps": session.gaps,
+            "table_rows": session.table_rows,
+            "first_event_time": session.first_event_time,
+            "last_event_time": session.last_event_time,
+            "first_topic": first.topic if first else None,
+            "first_partition": first.partition if first else None,
+            "first_offset": first.offset if first else None,
+            **(_lineage(session.last_lineage) if session.last_lineage else {}),
+        }
+    )
     for ordinal, row in enumerate(rows):
         row["ordinal"] = ordinal
     return rows
@@ -279,12 +330,16 @@ def live_state(spark: SparkSession, settings: Settings) -> DataFrame:
     # RocksDB state is loaded through the state store coordinator, which Spark only starts
     # with the streaming query manager: touch it in a session that runs no stream.
     spark.streams.active  # noqa: B018
-    return spark.read.format("statestore").load(checkpoint).select(
-        F.col("key.session_id").alias("session_id"),
-        F.col("value.groupState.status").alias("status"),
-        F.col("value.groupState.last_seq").alias("last_seq"),
-        F.col("value.groupState.table_rows").alias("table_rows"),
-        F.col("value.groupState.records").alias("records"),
-        F.col("value.groupState.version").alias("state_version"),
-        F.length("value.groupState.body").alias("state_bytes"),
+    return (
+        spark.read.format("statestore")
+        .load(checkpoint)
+        .select(
+            F.col("key.session_id").alias("session_id"),
+            F.col("value.groupState.status").alias("status"),
+            F.col("value.groupState.last_seq").alias("last_seq"),
+            F.col("value.groupState.table_rows").alias("table_rows"),
+            F.col("value.groupState.records").alias("records"),
+            F.col("value.groupState.version").alias("state_version"),
+            F.length("value.groupState.body").alias("state_bytes"),
+        )
     )

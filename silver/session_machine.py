@@ -441,6 +441,7 @@ class SessionMachine:
                 record.seq,
             )
         self._advance(state, record.seq)
+        seq = record.seq
 
         def change(row_id: str, op: str, values: dict[str, Any] | None) -> None:
             out.changes.append(
@@ -450,7 +451,7 @@ class SessionMachine:
                     row_id,
                     op,
                     values,
-                    record.seq,
+                    seq,
                     record.event_time,
                     record.lineage,
                 )

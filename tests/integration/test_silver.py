@@ -38,8 +38,17 @@ def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
 
     found = reference.Expected()
     for r in table("session_rows"):
-        found.rows[(r.session_id, r.row_id)] = (r.temperature, r.humidity, r.pressure, r.status,
-                                               r.counter, r.seq, r.topic, r.partition, r.offset)  # fmt: skip
+        found.rows[(r.session_id, r.row_id)] = (
+            r.temperature,
+            r.humidity,
+            r.pressure,
+            r.status,
+            r.counter,
+            r.seq,
+            r.topic,
+            r.partition,
+            r.offset,
+        )
     for r in table("sessions"):
         found.sessions[r.session_id] = (r.status, r.last_seq, r.records, r.rejected, r.table_rows)
     for r in table("violations"):
@@ -79,9 +88,13 @@ def small_spec(seed: int, faults: dict[str, int], **fields: object) -> TrafficSp
     faults=st.lists(st.sampled_from(SILVER_FAULTS), max_size=6).map(Counter),
 )
 def test_silver_equals_the_reference_for_any_split_into_micro_batches(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, seed: int, commits: int,
-    files_per_batch: int, faults: Counter[str],
-) -> None:  # fmt: skip
+    spark: SparkSession,
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    commits: int,
+    files_per_batch: int,
+    faults: Counter[str],
+) -> None:
     root = tmp_path_factory.mktemp("split")
     s = settings_for(
         root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger=str(files_per_batch)
@@ -107,11 +120,29 @@ def test_faults_from_the_broker_become_violations_by_reason(
     from bronze import sensor_records
 
     prefix = "silver.sensors."
-    faults = {"gap": 2, "duplicate": 2, "reorder": 1, "malformed_json": 1, "missing_field": 1,
-              "wrong_type": 1, "oversize": 1, "null_key": 1}  # fmt: skip
-    produce(TrafficSpec(seed=5, sensors=3, sessions_per_sensor=4, rows_per_snapshot=50,
-                        updates_per_session=60, faults=faults, topic_prefix=prefix, partitions=2),
-            kafka_bootstrap)  # fmt: skip
+    faults = {
+        "gap": 2,
+        "duplicate": 2,
+        "reorder": 1,
+        "malformed_json": 1,
+        "missing_field": 1,
+        "wrong_type": 1,
+        "oversize": 1,
+        "null_key": 1,
+    }
+    produce(
+        TrafficSpec(
+            seed=5,
+            sensors=3,
+            sessions_per_sensor=4,
+            rows_per_snapshot=50,
+            updates_per_session=60,
+            faults=faults,
+            topic_prefix=prefix,
+            partitions=2,
+        ),
+        kafka_bootstrap,
+    )
     s = settings_for(tmp_path, kafka_bootstrap, prefix)
     sensor_records.run(spark, s)
 
@@ -122,16 +153,19 @@ def test_faults_from_the_broker_become_violations_by_reason(
     # strict mode: a reorder shows as a gap, and so does the seq a truncated value took with it
     assert primary == {"gap": 4, "duplicate": 2, "unparsable": 1, "invalid": 2}
     broker = consume_all(kafka_bootstrap, prefix)
-    assert_matches(
-        silver_tables(spark, s), reference.reconstruct([r[:3] + (r[4],) for r in broker])
-    )
+    assert_matches(silver_tables(spark, s), reference.reconstruct([(*r[:3], r[4]) for r in broker]))
 
 
 def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    env = overrides(tmp_path, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="1",
-                    silver__trigger_interval="0 seconds")  # fmt: skip
+    env = overrides(
+        tmp_path,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__max_files_per_trigger="1",
+        silver__trigger_interval="0 seconds",
+    )
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
     faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
     records = kafka_records(small_spec(21, faults, sessions_per_sensor=4, updates_per_session=40))
@@ -139,8 +173,13 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
     write_bronze(spark, s.storage.table_uri("bronze", "sensor_records"), records, 12, rng)
     commits = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "commits"
     for kill in range(3):
-        job = subprocess.Popen(lakehouse_command("run", "silver", "--continuous"), env={**os.environ, **env},
-                               cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        job = subprocess.Popen(
+            lakehouse_command("run", "silver", "--continuous"),
+            env={**os.environ, **env},
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             done = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
             deadline = time.monotonic() + 180

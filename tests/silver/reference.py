@@ -41,7 +41,7 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     by_session: dict[str | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
     for record in records:
         by_session[session_of(record[3])].append(record)
-    for topic, _, offset, _ in by_session.pop(None, []):
+    for _, _, offset, _ in by_session.pop(None, []):
         expected.violations[(None, "unparsable", offset)] += 1
     for session, items in by_session.items():
         _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
@@ -55,7 +55,7 @@ def _replay(session: str, items: list[tuple[str, int, int, bytes]], expected: Ex
     for topic, partition, offset, value in items:
         lineage = (topic, partition, offset)
 
-        def reject(reason: str, breaks: bool = True) -> None:
+        def reject(reason: str, breaks: bool = True, offset: int = offset) -> None:
             nonlocal rejected, status
             rejected += 1
             expected.violations[(session, reason, offset)] += 1

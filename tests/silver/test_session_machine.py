@@ -270,7 +270,7 @@ def test_window_declares_a_gap_when_the_bound_is_exceeded() -> None:
 
 def test_window_rejects_a_record_later_than_the_bound() -> None:
     machine = SessionMachine(Mode.WINDOW, window=1)
-    state, out = run(machine, snapshot(0, r1=1), upsert(2), upsert(3), upsert(1))
+    _, out = run(machine, snapshot(0, r1=1), upsert(2), upsert(3), upsert(1))
     assert [v.reason for v in out.violations] == [Reason.GAP, Reason.OUT_OF_ORDER]
 
 
