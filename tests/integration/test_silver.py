@@ -79,7 +79,10 @@ def small_spec(seed: int, faults: dict[str, int], **fields: object) -> TrafficSp
 
 
 @settings(
-    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=5,
+    deadline=None,
+    derandomize=True,  # the same examples on every run: a CI failure reproduces locally
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     seed=st.integers(0, 10_000),
