@@ -16,7 +16,7 @@ step "start a Kafka broker (KRaft) on 127.0.0.1"
 $lakehouse kafka start
 
 step "produce sensor sessions to sensors.* (with a few injected faults)"
-$lakehouse produce --sensors 3 --sessions 4 --rows 200 --updates 250 \
+$lakehouse produce --sensors 3 --sessions 4 --rows 200 --updates 250 --resync-every 60 \
   --fault gap=2 --fault duplicate=2 --fault reorder=1 --fault malformed_json=1 \
   --fault missing_field=1 --fault wrong_type=1 --fault oversize=1 --fault null_key=1
 
