@@ -7,15 +7,12 @@ to (topic, partition, offset).
 
 from __future__ import annotations
 
-import threading
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import DataStreamWriter
 
 from lakehouse.kafka_source import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import RunStats, await_query
+from lakehouse.streaming import RunStats, Txn, run_foreach_batch
 
 LAYER, TABLE = "bronze", "sensor_records"
 NAME = f"{LAYER}.{TABLE}"
@@ -92,37 +89,21 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
     path = settings.storage.table_uri(LAYER, TABLE)
     create_table(spark, path)
 
-    query_id: list[str] = []
-    started = threading.Event()
-
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        # foreachBatch alone is at-least-once: a batch that wrote but did not commit its
-        # offsets runs again after a crash. The (query id, batch id) transaction makes
-        # Delta skip such a replay, which is what makes the table exactly-once.
-        started.wait()
+    def write(batch: DataFrame, txn: Txn) -> None:
         (
-            to_sensor_records(batch, batch_id)
+            to_sensor_records(batch, txn.version)
             .write.format("delta")
             .mode("append")
-            .option("txnAppId", query_id[0])
-            .option("txnVersion", batch_id)
+            .option("txnAppId", txn.app_id)
+            .option("txnVersion", txn.version)
             .save(path)
         )
 
     source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
-    writer: DataStreamWriter = (
-        source.writeStream.queryName(NAME)
-        .foreachBatch(write_batch)
-        .option("checkpointLocation", settings.storage.checkpoint_uri(LAYER, TABLE))
+    interval = settings.bronze.trigger_interval if continuous else None
+    return run_foreach_batch(
+        source, NAME, settings.storage.checkpoint_uri(LAYER, TABLE), write, interval
     )
-    if continuous:
-        writer = writer.trigger(processingTime=settings.bronze.trigger_interval)
-    else:
-        writer = writer.trigger(availableNow=True)
-    query = writer.start()
-    query_id.append(str(query.id))
-    started.set()
-    return await_query(query, NAME, settings.storage.checkpoint_uri(LAYER, TABLE))
 
 
 def rows_by_topic(spark: SparkSession, settings: Settings) -> dict[str, int]:

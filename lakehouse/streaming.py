@@ -11,9 +11,55 @@ from dataclasses import dataclass
 from types import FrameType
 
 from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.errors import LakehouseError
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's idempotent-write key for one micro-batch: (query id, batch id).
+
+    foreachBatch alone is at-least-once: a batch that wrote but did not commit its offsets
+    runs again after a crash. Writing under this transaction makes Delta skip the replay,
+    which is what makes a foreachBatch sink exactly-once. The query id is stable for a
+    checkpoint and new for a new one, so a fresh checkpoint never collides with old writes.
+    """
+
+    app_id: str
+    version: int
+
+
+def run_foreach_batch(
+    frame: DataFrame,
+    name: str,
+    checkpoint: str,
+    write: Callable[[DataFrame, Txn], None],
+    trigger_interval: str | None,
+) -> RunStats:
+    """Run `frame` into `write` per micro-batch: to the current end of the input
+    (`availableNow`) when `trigger_interval` is None, else every interval until stopped."""
+    query_id: list[str] = []
+    started = threading.Event()
+
+    def write_batch(batch: DataFrame, batch_id: int) -> None:
+        started.wait()  # the query id is known only once start() has returned
+        write(batch, Txn(query_id[0], batch_id))
+
+    writer = (
+        frame.writeStream.queryName(name)
+        .foreachBatch(write_batch)
+        .option("checkpointLocation", checkpoint)
+    )
+    if trigger_interval is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=trigger_interval)
+    query = writer.start()
+    query_id.append(str(query.id))
+    started.set()
+    return await_query(query, name, checkpoint)
 
 
 @dataclass

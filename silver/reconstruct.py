@@ -9,7 +9,6 @@ writes all silver tables, each write idempotent under the batch's Delta transact
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import RunStats, await_query
+from lakehouse.streaming import RunStats, Txn, run_foreach_batch
 from silver import row_changes, session_rows, sessions, state_transitions, tables, violations
 from silver.session_machine import (
     STATE_VERSION,
@@ -281,12 +280,8 @@ def run(
     )
     keyed = key_records(bronze)
     outputs = reconstruct_sessions(keyed, settings.silver, trace)
-    query_id: list[str] = []
-    started = threading.Event()
 
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        started.wait()
-        txn = tables.Txn(query_id[0], batch_id)
+    def write(batch: DataFrame, txn: Txn) -> None:
         # Every table reads the same outputs: computed once, not once per write.
         batch.persist()
         try:
@@ -299,19 +294,8 @@ def run(
             batch.unpersist()
 
     checkpoint = settings.storage.checkpoint_uri(LAYER, "sessions_stream")
-    writer = (
-        outputs.writeStream.queryName(QUERY_NAME)
-        .foreachBatch(write_batch)
-        .option("checkpointLocation", checkpoint)
-    )
-    if continuous:
-        writer = writer.trigger(processingTime=settings.silver.trigger_interval)
-    else:
-        writer = writer.trigger(availableNow=True)
-    query = writer.start()
-    query_id.append(str(query.id))
-    started.set()
-    return await_query(query, QUERY_NAME, checkpoint)
+    interval = settings.silver.trigger_interval if continuous else None
+    return run_foreach_batch(outputs, QUERY_NAME, checkpoint, write, interval)
 
 
 def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:

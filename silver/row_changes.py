@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.streaming import Txn
 from silver import tables
 
 NAME = "silver.row_changes"
@@ -29,5 +30,5 @@ def select_row_changes(outputs: DataFrame, batch_id: int) -> DataFrame:
     )  # fmt: skip
 
 
-def write(outputs: DataFrame, path: str, txn: tables.Txn) -> None:
+def write(outputs: DataFrame, path: str, txn: Txn) -> None:
     tables.append(select_row_changes(outputs, txn.version), path, txn)

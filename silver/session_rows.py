@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from lakehouse.streaming import Txn
 from silver import tables
 from silver.row_changes import select_row_changes
 
@@ -30,7 +31,7 @@ def latest_changes(changes: DataFrame) -> DataFrame:
     )
 
 
-def write(outputs: DataFrame, path: str, txn: tables.Txn) -> None:
+def write(outputs: DataFrame, path: str, txn: Txn) -> None:
     # foreachBatch hands over a frame of its own session: views and MERGE must use it.
     spark = outputs.sparkSession
     latest = latest_changes(select_row_changes(outputs, txn.version))

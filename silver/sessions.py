@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.streaming import Txn
 from silver import tables
 
 NAME = "silver.sessions"
@@ -34,7 +35,7 @@ def select_sessions(outputs: DataFrame, batch_id: int) -> DataFrame:
     )  # fmt: skip
 
 
-def write(outputs: DataFrame, path: str, txn: tables.Txn) -> None:
+def write(outputs: DataFrame, path: str, txn: Txn) -> None:
     # foreachBatch hands over a frame of its own session: views and MERGE must use it.
     spark = outputs.sparkSession
     select_sessions(outputs, txn.version).createOrReplaceTempView("silver_sessions_batch")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.streaming import Txn
 from silver import tables
 
 NAME = "silver.state_transitions"
@@ -23,5 +24,5 @@ def select_transitions(outputs: DataFrame, batch_id: int) -> DataFrame:
     )  # fmt: skip
 
 
-def write(outputs: DataFrame, path: str, txn: tables.Txn) -> None:
+def write(outputs: DataFrame, path: str, txn: Txn) -> None:
     tables.append(select_transitions(outputs, txn.version), path, txn)

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.streaming import Txn
+
 LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL"
-
-
-@dataclass(frozen=True)
-class Txn:
-    """Delta's idempotent-write key: a replayed micro-batch is skipped, not written twice."""
-
-    app_id: str
-    version: int
 
 
 def create(spark: SparkSession, path: str, columns: str) -> None:

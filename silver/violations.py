@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lakehouse.streaming import Txn
 from silver import tables
 
 NAME = "silver.violations"
@@ -22,5 +23,5 @@ def select_violations(outputs: DataFrame, batch_id: int) -> DataFrame:
     )  # fmt: skip
 
 
-def write(outputs: DataFrame, path: str, txn: tables.Txn) -> None:
+def write(outputs: DataFrame, path: str, txn: Txn) -> None:
     tables.append(select_violations(outputs, txn.version), path, txn)
