@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ def ingest(
             "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
         },
     )
-    spec = TrafficSpec(**{**spec.__dict__, "topic_prefix": prefix})
+    spec = replace(spec, topic_prefix=prefix)
     print(
         f"producing {spec.sensors * spec.sessions_per_sensor:,} sessions ...",
         flush=True,

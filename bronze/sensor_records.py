@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.kafka_source import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import RunStats, Txn, run_foreach_batch
+from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
 
 LAYER, TABLE = "bronze", "sensor_records"
 NAME = f"{LAYER}.{TABLE}"
@@ -90,14 +90,7 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
     create_table(spark, path)
 
     def write(batch: DataFrame, txn: Txn) -> None:
-        (
-            to_sensor_records(batch, txn.version)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", txn.app_id)
-            .option("txnVersion", txn.version)
-            .save(path)
-        )
+        append(to_sensor_records(batch, txn.version), path, txn)
 
     source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
     interval = settings.bronze.trigger_interval if continuous else None

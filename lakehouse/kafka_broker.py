@@ -69,7 +69,7 @@ class EmbeddedKafka:
         (self.home / "log4j2.properties").write_text(_LOG4J2)
         if not (self.home / "data" / "meta.properties").exists():
             self._java("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
-                       "-c", str(properties), check=True)  # fmt: skip
+                       "-c", str(properties))  # fmt: skip
         with self.log_file.open("ab") as log:
             process = subprocess.Popen(
                 self._java_command("kafka.Kafka", str(properties)),
@@ -136,11 +136,11 @@ class EmbeddedKafka:
             "-cp", classpath, main_class, *args,
         ]  # fmt: skip
 
-    def _java(self, main_class: str, *args: str, check: bool) -> None:
+    def _java(self, main_class: str, *args: str) -> None:
         result = subprocess.run(
             self._java_command(main_class, *args), capture_output=True, text=True
         )
-        if check and result.returncode != 0:
+        if result.returncode != 0:
             raise LakehouseError(f"{main_class} failed: {result.stderr.strip()[-300:]}")
 
 

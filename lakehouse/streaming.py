@@ -31,6 +31,17 @@ class Txn:
     version: int
 
 
+def append(frame: DataFrame, path: str, txn: Txn) -> None:
+    """Append to a Delta table unless this micro-batch's transaction is already there."""
+    (
+        frame.write.format("delta")
+        .mode("append")
+        .option("txnAppId", txn.app_id)
+        .option("txnVersion", txn.version)
+        .save(path)
+    )
+
+
 def run_foreach_batch(
     frame: DataFrame,
     name: str,

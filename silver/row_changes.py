@@ -9,8 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn
-from silver import tables
+from lakehouse.streaming import Txn, append
 
 NAME = "silver.row_changes"
 COLUMNS = """
@@ -31,4 +30,4 @@ def select_row_changes(outputs: DataFrame, batch_id: int) -> DataFrame:
 
 
 def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    tables.append(select_row_changes(outputs, txn.version), path, txn)
+    append(select_row_changes(outputs, txn.version), path, txn)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn
-from silver import tables
+from lakehouse.streaming import Txn, append
 
 NAME = "silver.state_transitions"
 COLUMNS = """
@@ -25,4 +24,4 @@ def select_transitions(outputs: DataFrame, batch_id: int) -> DataFrame:
 
 
 def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    tables.append(select_transitions(outputs, txn.version), path, txn)
+    append(select_transitions(outputs, txn.version), path, txn)

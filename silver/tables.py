@@ -1,11 +1,11 @@
-"""What every silver table shares: creation, idempotent writes and the batch's lineage."""
+"""What every silver table shares: creation with lineage columns, and idempotent MERGE."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from lakehouse.streaming import Txn
 
@@ -15,16 +15,6 @@ LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT 
 def create(spark: SparkSession, path: str, columns: str) -> None:
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({columns}, {LINEAGE_COLUMNS}) USING delta"
-    )
-
-
-def append(frame: DataFrame, path: str, txn: Txn) -> None:
-    (
-        frame.write.format("delta")
-        .mode("append")
-        .option("txnAppId", txn.app_id)
-        .option("txnVersion", txn.version)
-        .save(path)
     )
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn
-from silver import tables
+from lakehouse.streaming import Txn, append
 
 NAME = "silver.violations"
 COLUMNS = """
@@ -24,4 +23,4 @@ def select_violations(outputs: DataFrame, batch_id: int) -> DataFrame:
 
 
 def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    tables.append(select_violations(outputs, txn.version), path, txn)
+    append(select_violations(outputs, txn.version), path, txn)

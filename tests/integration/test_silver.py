@@ -9,7 +9,9 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -65,17 +67,12 @@ def assert_matches(found: reference.Expected, expected: reference.Expected) -> N
     assert found.changes == expected.changes
 
 
-def small_spec(seed: int, faults: dict[str, int], **fields: object) -> TrafficSpec:
-    base: dict[str, object] = dict(
-        seed=seed,
-        sensors=2,
-        sessions_per_sensor=3,
-        rows_per_snapshot=6,
-        updates_per_session=15,
-        resync_every=6,
-        faults=faults,
-    )
-    return TrafficSpec(**{**base, **fields})  # type: ignore[arg-type]
+SMALL_SPEC = TrafficSpec(sensors=2, sessions_per_sensor=3, rows_per_snapshot=6,
+                         updates_per_session=15, resync_every=6)  # fmt: skip
+
+
+def small_spec(seed: int, faults: dict[str, int], **fields: Any) -> TrafficSpec:
+    return replace(SMALL_SPEC, seed=seed, faults=faults, **fields)
 
 
 @settings(

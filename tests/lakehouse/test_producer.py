@@ -3,6 +3,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,7 @@ def parsed(records: list[Record]) -> list[dict]:
 
 def test_same_seed_gives_the_same_records_and_another_seed_does_not() -> None:
     assert list(generate_traffic(SMALL)) == list(generate_traffic(SMALL))
-    other = TrafficSpec(**{**SMALL.__dict__, "seed": 4})
+    other = replace(SMALL, seed=4)
     assert list(generate_traffic(other)) != list(generate_traffic(SMALL))
 
 
@@ -87,7 +88,7 @@ def test_each_fault_kind_is_injected_exactly_as_often_as_asked() -> None:
         "oversize": 1,
         "null_key": 2,
     }
-    spec = TrafficSpec(**{**SMALL.__dict__, "sessions_per_sensor": 5, "faults": faults})
+    spec = replace(SMALL, sessions_per_sensor=5, faults=faults)
     records = list(generate_traffic(spec))
     found: Counter[str] = Counter()
     seqs: dict[str, list[int]] = defaultdict(list)
