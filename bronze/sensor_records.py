@@ -2,7 +2,8 @@
 
 Bronze never parses, drops or rewrites a record: a malformed value lands exactly like a
 good one, so every later layer can be rebuilt from here and every rejection traced back
-to (topic, partition, offset).
+to (topic, partition, offset). The one exception is what the bronze suite quarantines
+(e.g. a record without a key): it goes, bytes intact, to `bronze.quarantine` instead.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import quality
 from lakehouse.kafka_source import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
+from lakehouse.suites import load_suites
 
 LAYER, TABLE = "bronze", "sensor_records"
 NAME = f"{LAYER}.{TABLE}"
@@ -88,9 +91,24 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
     check_reachable(bootstrap)
     path = settings.storage.table_uri(LAYER, TABLE)
     create_table(spark, path)
+    gate_for = quality.stream_gates(
+        spark,
+        load_suites(settings.quality.suites_dir, NAME),
+        settings.storage.root,
+        LAYER,
+        settings.quality.validate_streams,
+    )
 
     def write(batch: DataFrame, txn: Txn) -> None:
-        append(to_sensor_records(batch, txn.version), path, txn)
+        # Validation scans the batch once per metric: read Kafka once, not once per scan.
+        records = to_sensor_records(batch, txn.version).persist()
+        try:
+            gate = gate_for(txn)
+            admitted = gate.admit(records, NAME)
+            gate.commit()
+            append(admitted, path, txn)
+        finally:
+            records.unpersist()
 
     source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
     interval = settings.bronze.trigger_interval if continuous else None

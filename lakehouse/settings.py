@@ -112,13 +112,42 @@ class SilverSettings:
 
 
 @dataclass(frozen=True)
+class S3Settings:
+    endpoint: str
+    """`http(s)://host:port`, `embedded` for `lakehouse s3 start`, or empty for AWS itself."""
+    region: str
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
+class QualitySettings:
+    suites: str
+    """Folder of the suites, `<layer>/<table>.json`, relative to the project."""
+    validate_streams: bool
+    """Validate every bronze and silver micro-batch before it is committed."""
+    local_dir: str
+    """Local folder of the Great Expectations project and its Data Docs site."""
+
+    @property
+    def suites_dir(self) -> Path:
+        return PROJECT_ROOT / self.suites
+
+    @property
+    def gx_dir(self) -> Path:
+        return PROJECT_ROOT / self.local_dir
+
+
+@dataclass(frozen=True)
 class Settings:
     target: str
     spark: SparkSettings
     storage: StorageSettings
     kafka: KafkaSettings
+    s3: S3Settings
     bronze: BronzeSettings
     silver: SilverSettings
+    quality: QualitySettings
 
 
 def conf_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -17,8 +17,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from lakehouse import quality
 from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import RunStats, Txn, run_foreach_batch
+from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
+from lakehouse.suites import load_suites
 from silver import row_changes, session_rows, sessions, state_transitions, tables, violations
 from silver.session_machine import (
     STATE_VERSION,
@@ -281,15 +283,34 @@ def run(
     keyed = key_records(bronze)
     outputs = reconstruct_sessions(keyed, settings.silver, trace)
 
+    gate_for = quality.stream_gates(
+        spark,
+        load_suites(settings.quality.suites_dir, LAYER),
+        settings.storage.root,
+        LAYER,
+        settings.quality.validate_streams,
+    )
+
     def write(batch: DataFrame, txn: Txn) -> None:
-        # Every table reads the same outputs: computed once, not once per write.
+        # Every table and every expectation reads the same outputs: computed once.
         batch.persist()
         try:
-            row_changes.write(batch, path["row_changes"], txn)
-            violations.write(batch, path["violations"], txn)
-            state_transitions.write(batch, path["state_transitions"], txn)
-            session_rows.write(batch, path["session_rows"], txn)
-            sessions.write(batch, path["sessions"], txn)
+            gate = gate_for(txn)
+            changes = gate.admit(
+                row_changes.select_row_changes(batch, txn.version), row_changes.NAME
+            )
+            touched = gate.admit(sessions.select_sessions(batch, txn.version), sessions.NAME)
+            rejected = gate.admit(violations.select_violations(batch, txn.version), violations.NAME)
+            gate.commit()
+            append(changes, path["row_changes"], txn)
+            append(rejected, path["violations"], txn)
+            append(
+                state_transitions.select_transitions(batch, txn.version),
+                path["state_transitions"],
+                txn,
+            )
+            session_rows.write(changes, path["session_rows"], txn)
+            sessions.write(touched, path["sessions"], txn)
         finally:
             batch.unpersist()
 

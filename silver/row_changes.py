@@ -9,8 +9,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn, append
-
 NAME = "silver.row_changes"
 COLUMNS = """
     session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
@@ -27,7 +25,3 @@ def select_row_changes(outputs: DataFrame, batch_id: int) -> DataFrame:
         "status", "counter", "seq", "ordinal", F.to_timestamp("event_time").alias("event_time"),
         F.lit(batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
     )  # fmt: skip
-
-
-def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    append(select_row_changes(outputs, txn.version), path, txn)

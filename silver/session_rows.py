@@ -11,7 +11,6 @@ from pyspark.sql import functions as F
 
 from lakehouse.streaming import Txn
 from silver import tables
-from silver.row_changes import select_row_changes
 
 NAME = "silver.session_rows"
 COLUMNS = """
@@ -31,10 +30,11 @@ def latest_changes(changes: DataFrame) -> DataFrame:
     )
 
 
-def write(outputs: DataFrame, path: str, txn: Txn) -> None:
+def write(changes: DataFrame, path: str, txn: Txn) -> None:
+    """Apply a batch of `silver.row_changes` rows."""
     # foreachBatch hands over a frame of its own session: views and MERGE must use it.
-    spark = outputs.sparkSession
-    latest = latest_changes(select_row_changes(outputs, txn.version))
+    spark = changes.sparkSession
+    latest = latest_changes(changes)
     latest.createOrReplaceTempView("silver_session_rows_changes")
     with tables.merge_txn(spark, txn):
         spark.sql(f"""

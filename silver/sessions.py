@@ -35,10 +35,11 @@ def select_sessions(outputs: DataFrame, batch_id: int) -> DataFrame:
     )  # fmt: skip
 
 
-def write(outputs: DataFrame, path: str, txn: Txn) -> None:
+def write(touched: DataFrame, path: str, txn: Txn) -> None:
+    """Upsert the sessions of a batch (rows of `select_sessions`)."""
     # foreachBatch hands over a frame of its own session: views and MERGE must use it.
-    spark = outputs.sparkSession
-    select_sessions(outputs, txn.version).createOrReplaceTempView("silver_sessions_batch")
+    spark = touched.sparkSession
+    touched.createOrReplaceTempView("silver_sessions_batch")
     with tables.merge_txn(spark, txn):
         spark.sql(f"""
             MERGE INTO delta.`{path}` AS t USING silver_sessions_batch AS s

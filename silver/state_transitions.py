@@ -6,8 +6,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn, append
-
 NAME = "silver.state_transitions"
 COLUMNS = """
     session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL, action STRING NOT NULL,
@@ -21,7 +19,3 @@ def select_transitions(outputs: DataFrame, batch_id: int) -> DataFrame:
         "session_id", "seq", "ordinal", "action", "before", "after",
         F.lit(batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
     )  # fmt: skip
-
-
-def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    append(select_transitions(outputs, txn.version), path, txn)

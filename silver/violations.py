@@ -5,8 +5,6 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn, append
-
 NAME = "silver.violations"
 COLUMNS = """
     session_id STRING, sensor_id STRING, reason STRING NOT NULL, detail STRING,
@@ -20,7 +18,3 @@ def select_violations(outputs: DataFrame, batch_id: int) -> DataFrame:
         "session_id", "sensor_id", "reason", "detail", "expected_seq", "found_seq", "raw_value",
         F.lit(batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
     )  # fmt: skip
-
-
-def write(outputs: DataFrame, path: str, txn: Txn) -> None:
-    append(select_violations(outputs, txn.version), path, txn)

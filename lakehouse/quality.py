@@ -1,0 +1,327 @@
+"""Running the suites: in the streams (per micro-batch, before commit) and over whole tables.
+
+Great Expectations judges; this module applies the severity, because GX's `success`
+ignores it: `fail` stops the job, `quarantine` diverts the offending rows to
+`<layer>.quarantine`, `warn` only records. Every validation appends one row per
+expectation to `quality.expectation_results`, so quality over time is a SQL query.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Any, Literal
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.errors import LakehouseError
+from lakehouse.streaming import Txn, append
+from lakehouse.suites import Check, Suite
+
+RESULTS = ("quality", "expectation_results")
+RESULT_COLUMNS = """
+    run_id STRING NOT NULL, mode STRING NOT NULL, layer STRING NOT NULL,
+    table_name STRING NOT NULL, batch_id BIGINT, expectation STRING NOT NULL,
+    expectation_type STRING NOT NULL, severity STRING NOT NULL, success BOOLEAN NOT NULL,
+    observed_value STRING, unexpected_count BIGINT, element_count BIGINT,
+    quarantined BIGINT, validated_at TIMESTAMP NOT NULL
+"""
+QUARANTINE_TABLE = "quarantine"
+QUARANTINE_COLUMNS = """
+    table_name STRING NOT NULL, expectation STRING NOT NULL, row_json STRING NOT NULL,
+    topic STRING, partition INT, offset BIGINT, batch_id BIGINT NOT NULL,
+    quarantined_at TIMESTAMP NOT NULL
+"""
+"""One row per quarantined row: the whole row as JSON (binary columns base64, so bytes
+survive), the expectation that caught it, and its Kafka lineage to find it again."""
+
+_BATCH_VIEW = "lakehouse_quality_batch"
+
+
+class QualityFailure(LakehouseError):
+    """A `fail` expectation did not hold: the batch (or check) must not pass."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one expectation found in one frame."""
+
+    check: Check
+    success: bool
+    observed_value: str | None = None
+    unexpected_count: int | None = None
+    element_count: int | None = None
+    quarantined: int | None = None
+
+    def describe(self) -> str:
+        found = [
+            f"{label} {value:,}" if isinstance(value, int) else f"{label} {value}"
+            for label, value in (
+                ("unexpected", self.unexpected_count),
+                ("observed", self.observed_value),
+                ("quarantined", self.quarantined),
+            )
+            if value is not None
+        ]
+        return f"{self.check.name} ({self.check.severity})" + (
+            f": {', '.join(found)}" if found else ""
+        )
+
+
+def create_tables(spark: SparkSession, root: str, layers: Sequence[str]) -> None:
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS delta.`{results_uri(root)}` ({RESULT_COLUMNS}) USING delta"
+    )
+    for layer in layers:
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{root}/{layer}/{QUARANTINE_TABLE}` "
+            f"({QUARANTINE_COLUMNS}) USING delta"
+        )
+
+
+def results_uri(root: str) -> str:
+    return f"{root}/{RESULTS[0]}/{RESULTS[1]}"
+
+
+class Validator:
+    """Great Expectations over Spark frames, one context for the life of a job.
+
+    Building a context and registering suites costs seconds; a stream validates every
+    micro-batch with the same one. An ephemeral context keeps nothing on disk; `check`
+    passes a file context so that its results feed the Data Docs.
+    """
+
+    def __init__(self, suites: Sequence[Suite], context: Any = None) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # GX logs every metric it cannot resolve at WARNING and draws a progress bar per
+        # validation; our own progress lines and one-line errors say what matters.
+        logging.getLogger("great_expectations").setLevel(logging.ERROR)
+        self.context = context or gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(
+            globally=False, metric_calculations=False
+        )
+        source = self.context.data_sources.add_or_update_spark("lakehouse", persist=False)
+        asset = (
+            source.get_asset("frames") if source.assets else source.add_dataframe_asset("frames")
+        )
+        self._batches = (
+            asset.get_batch_definition("whole")
+            if asset.batch_definitions
+            else asset.add_batch_definition_whole_dataframe("whole")
+        )
+        self.suites = {s.table: s for s in suites}
+        self._gx_suites = {s.table: self.context.suites.add_or_update(s.to_gx()) for s in suites}
+
+    def validate(
+        self,
+        frame: DataFrame,
+        table: str,
+        result_format: Literal["BOOLEAN_ONLY", "SUMMARY"] = "BOOLEAN_ONLY",
+    ) -> list[Outcome]:
+        """Run the table's suite on `frame` (persisted by the caller: GX scans it per metric)."""
+        suite = self.suites[table]
+        batch = self._batches.get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(self._gx_suites[table], result_format=result_format)
+        return _outcomes(suite, result)
+
+    def validate_and_store(self, frame: DataFrame, table: str) -> list[Outcome]:
+        """Validate with full detail and keep the result in the context, for the Data Docs."""
+        import great_expectations as gx
+
+        definition = self.context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=table, data=self._batches, suite=self._gx_suites[table])
+        )
+        result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+        return _outcomes(self.suites[table], result)
+
+
+def _outcomes(suite: Suite, result: Any) -> list[Outcome]:
+    outcomes = []
+    for item in result.results:
+        check = suite.check(item.expectation_config.meta["name"])
+        raised = item.exception_info or {}
+        if raised.get("raised_exception"):
+            message = str(raised.get("exception_message", "")).strip().splitlines()
+            raise LakehouseError(
+                f"{suite.path}: expectation {check.name!r} could not run on {suite.table}: "
+                f"{message[0] if message else 'unknown error'}"
+            )
+        details = item.result or {}
+        observed = details.get("observed_value")
+        unexpected = details.get("unexpected_count")
+        if check.type == "unexpected_rows_expectation" and isinstance(observed, int):
+            unexpected = observed  # what it observes is the number of unexpected rows
+        outcomes.append(
+            Outcome(
+                check,
+                bool(item.success),
+                None if observed is None else json.dumps(observed, default=str),
+                unexpected,
+                details.get("element_count"),
+            )
+        )
+    return outcomes
+
+
+def stream_gates(
+    spark: SparkSession, suites: Sequence[Suite], root: str, layer: str, enabled: bool
+) -> Callable[[Txn], BatchGate]:
+    """A gate per micro-batch of a stream over `layer`; pass-through when not `enabled`."""
+    if not enabled:
+        return lambda txn: BatchGate(None, root, layer, txn, "")
+    create_tables(spark, root, [layer])
+    validator = Validator([s for s in suites if s.layer == layer])
+    run_id = new_run_id()
+    return lambda txn: BatchGate(validator, root, layer, txn, run_id)
+
+
+@dataclass
+class BatchGate:
+    """The quality gate of one micro-batch: validate each table's frame, keep the good rows,
+    then record results and quarantined rows under the batch's transaction.
+
+    Without a validator (validation switched off) every row passes and nothing is recorded.
+    """
+
+    validator: Validator | None
+    root: str
+    layer: str
+    txn: Txn
+    run_id: str
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+    quarantined: list[DataFrame] = field(default_factory=list)
+    spark: SparkSession | None = None
+
+    def admit(self, frame: DataFrame, table: str) -> DataFrame:
+        """The rows of `frame` that may be written: all of them unless a quarantine
+        expectation failed. `frame` must be persisted by the caller."""
+        if self.validator is None or table not in self.validator.suites:
+            return frame
+        self.spark = frame.sparkSession  # foreachBatch's own session: writes must use it
+        outcomes = self.validator.validate(frame, table)
+        if any(not o.success for o in outcomes):
+            # Failures are rare and BOOLEAN_ONLY says nothing of how bad: ask once more.
+            outcomes = self.validator.validate(frame, table, "SUMMARY")
+        kept, final = frame, []
+        for outcome in outcomes:
+            if outcome.success or outcome.check.severity != "quarantine":
+                final.append(outcome)
+                continue
+            offending = offending_rows(frame, outcome.check, self.validator.suites[table])
+            rows = offending.count()
+            self.quarantined.append(_quarantine_rows(offending, table, outcome.check, self.txn))
+            kept = kept.join(
+                offending.select(*self.validator.suites[table].row_key).distinct(),
+                list(self.validator.suites[table].row_key),
+                "left_anti",
+            )
+            final.append(Outcome(**{**outcome.__dict__, "quarantined": rows}))
+        self.outcomes[table] = final
+        return kept
+
+    def commit(self) -> None:
+        """Record results and quarantined rows; raise if a `fail` expectation failed.
+
+        A failing batch records its results outside the transaction and quarantines
+        nothing, so that the replay after the suite or the data is fixed writes all of it.
+        """
+        spark, validator = self.spark, self.validator
+        if spark is None or validator is None:  # nothing was validated
+            return
+        failed = [
+            (table, o)
+            for table, outcomes in self.outcomes.items()
+            for o in outcomes
+            if not o.success and o.check.severity == "fail"
+        ]
+        results = results_frame(
+            spark, self.run_id, "stream", self.layer, self.outcomes, self.txn.version
+        )
+        if failed:
+            results.write.format("delta").mode("append").save(results_uri(self.root))
+            table, outcome = failed[0]
+            raise QualityFailure(
+                f"{table} batch {self.txn.version}: expectation {outcome.describe()} failed; "
+                f"the batch was not committed (suite {validator.suites[table].path})"
+            )
+        append(results, results_uri(self.root), self.txn)
+        if self.quarantined:
+            append(
+                reduce(DataFrame.unionByName, self.quarantined),
+                f"{self.root}/{self.layer}/{QUARANTINE_TABLE}",
+                self.txn,
+            )
+
+
+def offending_rows(frame: DataFrame, check: Check, suite: Suite) -> DataFrame:
+    """The rows of `frame` that `check` (a quarantinable expectation) finds unexpected."""
+    if check.type == "unexpected_rows_expectation":
+        frame.createOrReplaceTempView(_BATCH_VIEW)
+        query = check.kwargs["unexpected_rows_query"].replace("{batch}", _BATCH_VIEW)
+        keys = frame.sparkSession.sql(query)
+        if missing := [c for c in suite.row_key if c not in keys.columns]:
+            raise LakehouseError(
+                f"{suite.path}: expectation {check.name!r} quarantines, so its query must "
+                f"return the row key {list(suite.row_key)}; it lacks {missing}"
+            )
+        return frame.join(keys.select(*suite.row_key).distinct(), list(suite.row_key), "left_semi")
+    return frame.where(F.coalesce(_unexpected(check), F.lit(False)))
+
+
+def _unexpected(check: Check) -> Column:
+    column = F.col(check.kwargs["column"])
+    if check.type == "expect_column_values_to_not_be_null":
+        return column.isNull()
+    if check.type == "expect_column_values_to_be_in_set":
+        return column.isNotNull() & ~column.isin(list(check.kwargs["value_set"]))
+    low, high = check.kwargs.get("min_value"), check.kwargs.get("max_value")
+    outside = [column < low] if low is not None else []
+    outside += [column > high] if high is not None else []
+    return reduce(Column.__or__, outside, F.lit(False))
+
+
+def _quarantine_rows(offending: DataFrame, table: str, check: Check, txn: Txn) -> DataFrame:
+    lineage = [
+        F.col(c) if c in offending.columns else F.lit(None).cast(t).alias(c)
+        for c, t in (("topic", "string"), ("partition", "int"), ("offset", "bigint"))
+    ]
+    return offending.select(
+        F.lit(table).alias("table_name"),
+        F.lit(check.name).alias("expectation"),
+        F.to_json(F.struct(*offending.columns)).alias("row_json"),
+        *lineage,
+        F.lit(txn.version).cast("bigint").alias("batch_id"),
+        F.current_timestamp().alias("quarantined_at"),
+    )
+
+
+def results_frame(
+    spark: SparkSession,
+    run_id: str,
+    mode: str,
+    layer: str,
+    outcomes: dict[str, list[Outcome]],
+    batch_id: int | None,
+) -> DataFrame:
+    """One row per expectation run, in RESULT_COLUMNS."""
+    now = datetime.now(UTC)
+    rows = [
+        (run_id, mode, table.split(".", 1)[0] if layer == "*" else layer, table, batch_id,
+         o.check.name, o.check.type, o.check.severity, o.success, o.observed_value,
+         o.unexpected_count, o.element_count, o.quarantined, now)
+        for table, table_outcomes in outcomes.items()
+        for o in table_outcomes
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, RESULT_COLUMNS)
+
+
+def new_run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,187 @@
+"""Expectation suites: `expectations/<layer>/<table>.json`, loaded strictly.
+
+A suite file is hand-written JSON: the table, the columns that identify a row (to route
+quarantined rows), and the expectations, each a Great Expectations type with its kwargs
+plus a name and a severity:
+
+    {"table": "bronze.sensor_records", "row_key": ["topic", "partition", "offset"],
+     "expectations": [{"name": "key_present", "severity": "quarantine",
+                       "type": "expect_column_values_to_not_be_null",
+                       "kwargs": {"column": "key"}, "description": "..."}]}
+
+- `fail`: the job stops before the batch commits.
+- `quarantine`: the offending rows go to `<layer>.quarantine` with the expectation's name;
+  only expectations that judge single rows can quarantine (QUARANTINABLE).
+- `warn`: recorded only.
+
+Great Expectations 1.x logs and drops a suite entry it cannot build when it reads a suite
+from its store; here every entry is built on its own and any problem is a `SuiteError`
+naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from lakehouse.errors import LakehouseError
+
+Severity = Literal["fail", "quarantine", "warn"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+
+# What Great Expectations shows for each severity in its reports.
+_GX_SEVERITY: dict[str, Any] = {"fail": "critical", "quarantine": "warning", "warn": "info"}
+
+QUARANTINABLE = frozenset(
+    {
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_in_set",
+        "expect_column_values_to_be_between",
+        "unexpected_rows_expectation",
+    }
+)
+"""Types whose unexpected rows can be told apart: a column condition, or a query's rows."""
+
+_SUITE_KEYS = {"table", "description", "row_key", "expectations"}
+_ENTRY_KEYS = {"name", "severity", "type", "kwargs", "description"}
+
+
+class SuiteError(LakehouseError):
+    """A suite file that cannot be used as written."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One expectation of a suite, with what its failure does."""
+
+    name: str
+    severity: Severity
+    type: str
+    kwargs: dict[str, Any]
+    description: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    table: str
+    """`<layer>.<table>`."""
+    row_key: tuple[str, ...]
+    checks: tuple[Check, ...]
+    description: str
+    path: Path
+
+    @property
+    def layer(self) -> str:
+        return self.table.split(".", 1)[0]
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def to_gx(self) -> Any:
+        """The Great Expectations suite, named after the table."""
+        import great_expectations as gx
+
+        return gx.ExpectationSuite(
+            name=self.table,
+            expectations=[_build_expectation(self.path, c) for c in self.checks],
+            meta={"row_key": list(self.row_key), "description": self.description},
+        )
+
+
+def load_suite(path: Path) -> Suite:
+    """Read one suite file; every entry must build, or SuiteError names file and entry."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise SuiteError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}: expected a JSON object with table and expectations")
+    _no_unknown_keys(path, "the suite", data, _SUITE_KEYS)
+    table = data.get("table")
+    expected_table = f"{path.parent.name}.{path.stem}"
+    if table != expected_table:
+        raise SuiteError(
+            f"{path}: `table` is {table!r}; a suite in this file is for {expected_table!r}"
+        )
+    row_key = data.get("row_key")
+    if not (isinstance(row_key, list) and row_key and all(isinstance(c, str) for c in row_key)):
+        raise SuiteError(f"{path}: `row_key` must be a non-empty list of column names")
+    entries = data.get("expectations")
+    if not isinstance(entries, list) or not entries:
+        raise SuiteError(f"{path}: `expectations` must be a non-empty list")
+
+    checks = tuple(_load_check(path, i, entry) for i, entry in enumerate(entries))
+    names = [c.name for c in checks]
+    if duplicated := sorted({n for n in names if names.count(n) > 1}):
+        raise SuiteError(f"{path}: expectation names must be unique; repeated: {duplicated}")
+    suite = Suite(table, tuple(row_key), checks, str(data.get("description", "")), path)
+    for check in checks:
+        _build_expectation(path, check)
+    return suite
+
+
+def load_suites(folder: Path, select: str | None = None) -> list[Suite]:
+    """Every suite under `folder`, or those of a layer (`silver`) or a table (`silver.sessions`)."""
+    if not folder.is_dir():
+        raise SuiteError(f"no suites folder at {folder} (quality.suites)")
+    suites = [load_suite(p) for p in sorted(folder.glob("*/*.json"))]
+    if select:
+        suites = [s for s in suites if select in (s.layer, s.table)]
+        if not suites:
+            raise SuiteError(f"no suite for {select!r} in {folder} (a layer or <layer>.<table>)")
+    return suites
+
+
+def _load_check(path: Path, index: int, entry: Any) -> Check:
+    where = f"{path}: expectation #{index + 1}"
+    if not isinstance(entry, dict):
+        raise SuiteError(f"{where}: expected an object, got {entry!r}")
+    name = entry.get("name")
+    if isinstance(name, str):
+        where = f"{where} ({name})"
+    _no_unknown_keys(path, where, entry, _ENTRY_KEYS)
+    for key, kind in (("name", str), ("type", str), ("kwargs", dict)):
+        if not isinstance(entry.get(key), kind):
+            raise SuiteError(f"{where}: `{key}` must be a {kind.__name__}")
+    severity = entry.get("severity")
+    if severity not in SEVERITIES:
+        raise SuiteError(f"{where}: severity {severity!r} is none of {', '.join(SEVERITIES)}")
+    if severity == "quarantine" and entry["type"] not in QUARANTINABLE:
+        raise SuiteError(
+            f"{where}: {entry['type']} judges the whole batch, not single rows, so it cannot "
+            f"quarantine; use fail or warn (quarantinable: {', '.join(sorted(QUARANTINABLE))})"
+        )
+    return Check(
+        entry["name"], severity, entry["type"], entry["kwargs"], str(entry.get("description", ""))
+    )
+
+
+def _build_expectation(path: Path, check: Check) -> Any:
+    from great_expectations.exceptions import ExpectationNotFoundError
+    from great_expectations.expectations.registry import get_expectation_impl
+
+    where = f"{path}: expectation {check.name!r}"
+    try:
+        expectation_class = get_expectation_impl(check.type)
+    except ExpectationNotFoundError:
+        raise SuiteError(f"{where}: unknown expectation type {check.type!r}") from None
+    try:
+        return expectation_class(
+            **check.kwargs,
+            severity=_GX_SEVERITY[check.severity],
+            description=check.description or None,
+            meta={"name": check.name, "severity": check.severity},
+        )
+    except Exception as error:  # pydantic's ValidationError: one line per bad field
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in getattr(error, "errors", list)()
+        )
+        raise SuiteError(f"{where} ({check.type}): {problems or error}") from None
+
+
+def _no_unknown_keys(path: Path, where: str, data: dict[str, Any], known: set[str]) -> None:
+    if unknown := sorted(set(data) - known):
+        prefix = where if where.startswith(str(path)) else f"{path}: {where}"
+        raise SuiteError(f"{prefix}: unknown keys {unknown} (known: {', '.join(sorted(known))})")
