@@ -107,6 +107,37 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--session", action="append", default=[], help="only these sessions")
     inspect.add_argument("--limit", type=int, default=50, help="at most this many lines")
     inspect.set_defaults(handler=_inspect)
+
+    check = commands.add_parser(
+        "check",
+        help="validate whole tables against their expectation suites",
+        description="Run the suites in expectations/ over the tables as they are now, record "
+        "the results in quality.expectation_results and keep them for the Data Docs. Exits 1 "
+        "when an expectation of severity `fail` fails.",
+    )
+    check.add_argument(
+        "select", nargs="?", help="a layer (silver) or a table (silver.sessions); default: all"
+    )
+    check.add_argument(
+        "--since",
+        metavar="TIMESTAMP",
+        help="only rows at or after this time (UTC), by each suite's time_column",
+    )
+    check.set_defaults(handler=_check)
+
+    report = commands.add_parser(
+        "report",
+        help="build the Data Docs site and summarise data quality",
+        description="Render the Great Expectations Data Docs from the latest checks, print "
+        "the path of its index and a summary: each table's latest check, in-stream "
+        "validation totals, the worst failures.",
+    )
+    report.add_argument(
+        "--publish",
+        metavar="s3://BUCKET/PREFIX",
+        help="also upload the site there (endpoint and keys from the s3 settings)",
+    )
+    report.set_defaults(handler=_report)
     return parser
 
 
@@ -226,6 +257,44 @@ def _inspect(args: argparse.Namespace) -> None:
     for r in rows:
         print(f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
               f"records={r.records} state={r.state_bytes:,}B")  # fmt: skip
+
+
+def _check(args: argparse.Namespace) -> int:
+    from lakehouse.checks import check_tables
+    from lakehouse.spark import build_spark
+
+    settings = _settings(args)
+    spark = build_spark(settings.spark, app_name="lakehouse-check")
+    print(f"checking {args.select or 'every table'} against {settings.quality.suites_dir}")
+    checks = check_tables(spark, settings, args.select, args.since)
+    blocking = [c.suite.table for c in checks if c.blocking]
+    warned = [c.suite.table for c in checks if c.failed and not c.blocking]
+    print(
+        f"{len(checks)} tables checked: {len(checks) - len(blocking) - len(warned)} passed, "
+        f"{len(warned)} with warnings, {len(blocking)} failed"
+        + (f" ({', '.join(blocking)})" if blocking else "")
+    )
+    return 1 if blocking else 0
+
+
+def _report(args: argparse.Namespace) -> None:
+    from lakehouse.checks import build_data_docs, summary
+    from lakehouse.spark import build_spark
+
+    settings = _settings(args)
+    spark = build_spark(settings.spark, app_name="lakehouse-report")
+    index = build_data_docs(settings)
+    for line in summary(spark, settings):
+        print(line)
+    print(f"Data Docs: {index}")
+    if args.publish:
+        from lakehouse import s3_client
+        from lakehouse.publish import publish_site
+
+        published = publish_site(index.parent, args.publish, s3_client.client(settings))
+        print(
+            f"published {published.files} files ({published.bytes:,} bytes): {published.index_url}"
+        )
 
 
 def _pairs(counts: dict[str, int]) -> str:

@@ -125,12 +125,25 @@ class Validator:
         frame: DataFrame,
         table: str,
         result_format: Literal["BOOLEAN_ONLY", "SUMMARY"] = "BOOLEAN_ONLY",
+        only: Sequence[str] = (),
     ) -> list[Outcome]:
-        """Run the table's suite on `frame` (persisted by the caller: GX scans it per metric)."""
+        """Run the table's suite (or the expectations named in `only`) on `frame`, which
+        the caller has persisted: GX scans it once per metric."""
         suite = self.suites[table]
         batch = self._batches.get_batch(batch_parameters={"dataframe": frame})
-        result = batch.validate(self._gx_suites[table], result_format=result_format)
-        return _outcomes(suite, result)
+        # GX runs query expectations on its engine's session over a temp view it registers
+        # on the frame's session; foreachBatch frames belong to a session of their own.
+        batch.data.execution_engine.spark = frame.sparkSession
+        if not only:
+            return _outcomes(
+                suite, batch.validate(self._gx_suites[table], result_format=result_format).results
+            )
+        expectations = [
+            e for e in self._gx_suites[table].expectations if (e.meta or {}).get("name") in only
+        ]
+        return _outcomes(
+            suite, [batch.validate(e, result_format=result_format) for e in expectations]
+        )
 
     def validate_and_store(self, frame: DataFrame, table: str) -> list[Outcome]:
         """Validate with full detail and keep the result in the context, for the Data Docs."""
@@ -140,19 +153,18 @@ class Validator:
             gx.ValidationDefinition(name=table, data=self._batches, suite=self._gx_suites[table])
         )
         result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
-        return _outcomes(self.suites[table], result)
+        return _outcomes(self.suites[table], result.results)
 
 
-def _outcomes(suite: Suite, result: Any) -> list[Outcome]:
+def _outcomes(suite: Suite, results: list[Any]) -> list[Outcome]:
     outcomes = []
-    for item in result.results:
+    for item in results:
         check = suite.check(item.expectation_config.meta["name"])
-        raised = item.exception_info or {}
-        if raised.get("raised_exception"):
-            message = str(raised.get("exception_message", "")).strip().splitlines()
+        raised = _raised(item.exception_info or {})
+        if raised is not None:
             raise LakehouseError(
                 f"{suite.path}: expectation {check.name!r} could not run on {suite.table}: "
-                f"{message[0] if message else 'unknown error'}"
+                f"{_cause(raised)}"
             )
         details = item.result or {}
         observed = details.get("observed_value")
@@ -183,6 +195,25 @@ def stream_gates(
     return lambda txn: BatchGate(validator, root, layer, txn, run_id)
 
 
+def _cause(raised: dict[str, Any]) -> str:
+    """The line that says what went wrong: Py4J's own message only names the call."""
+    lines = [
+        line.strip()
+        for text in (raised.get("exception_traceback"), raised.get("exception_message"))
+        for line in str(text or "").splitlines()
+        if ("Exception: " in line or "Error: " in line) and "Py4JJavaError" not in line
+    ]
+    return lines[-1] if lines else str(raised.get("exception_message", "unknown error"))
+
+
+def _raised(info: dict[str, Any]) -> dict[str, Any] | None:
+    """The exception an expectation raised, if any; GX nests it per metric on failure."""
+    if info.get("raised_exception"):
+        return info
+    nested = (v for v in info.values() if isinstance(v, dict) and v.get("raised_exception"))
+    return next(nested, None)
+
+
 @dataclass
 class BatchGate:
     """The quality gate of one micro-batch: validate each table's frame, keep the good rows,
@@ -206,10 +237,16 @@ class BatchGate:
         if self.validator is None or table not in self.validator.suites:
             return frame
         self.spark = frame.sparkSession  # foreachBatch's own session: writes must use it
+        # Fills the cache, and lets a failing read (lost offsets, a broker gone) fail here
+        # as itself rather than inside an expectation.
+        frame.count()
         outcomes = self.validator.validate(frame, table)
-        if any(not o.success for o in outcomes):
-            # Failures are rare and BOOLEAN_ONLY says nothing of how bad: ask once more.
-            outcomes = self.validator.validate(frame, table, "SUMMARY")
+        if failed := [o.check.name for o in outcomes if not o.success]:
+            # BOOLEAN_ONLY says nothing of how bad a failure is: ask the failed ones again.
+            detail = {
+                o.check.name: o for o in self.validator.validate(frame, table, "SUMMARY", failed)
+            }
+            outcomes = [detail.get(o.check.name, o) for o in outcomes]
         kept, final = frame, []
         for outcome in outcomes:
             if outcome.success or outcome.check.severity != "quarantine":
@@ -325,3 +362,16 @@ def results_frame(
 
 def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+
+
+def quarantined_rows(spark: SparkSession, root: str, table: str, schema: str) -> DataFrame:
+    """The rows the table's suite quarantined, restored to the table's own `schema`,
+    with the expectation that caught each."""
+    layer = table.split(".", 1)[0]
+    return (
+        spark.read.format("delta")
+        .load(f"{root}/{layer}/{QUARANTINE_TABLE}")
+        .where(F.col("table_name") == table)
+        .select("expectation", F.from_json("row_json", schema).alias("row"))
+        .select("row.*", "expectation")
+    )

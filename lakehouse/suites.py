@@ -5,6 +5,7 @@ quarantined rows), and the expectations, each a Great Expectations type with its
 plus a name and a severity:
 
     {"table": "bronze.sensor_records", "row_key": ["topic", "partition", "offset"],
+     "time_column": "ingested_at",
      "expectations": [{"name": "key_present", "severity": "quarantine",
                        "type": "expect_column_values_to_not_be_null",
                        "kwargs": {"column": "key"}, "description": "..."}]}
@@ -44,7 +45,7 @@ QUARANTINABLE = frozenset(
 )
 """Types whose unexpected rows can be told apart: a column condition, or a query's rows."""
 
-_SUITE_KEYS = {"table", "description", "row_key", "expectations"}
+_SUITE_KEYS = {"table", "description", "row_key", "time_column", "expectations"}
 _ENTRY_KEYS = {"name", "severity", "type", "kwargs", "description"}
 
 
@@ -71,6 +72,8 @@ class Suite:
     checks: tuple[Check, ...]
     description: str
     path: Path
+    time_column: str | None = None
+    """The column a time window (`lakehouse check --since`) filters on."""
 
     @property
     def layer(self) -> str:
@@ -116,7 +119,12 @@ def load_suite(path: Path) -> Suite:
     names = [c.name for c in checks]
     if duplicated := sorted({n for n in names if names.count(n) > 1}):
         raise SuiteError(f"{path}: expectation names must be unique; repeated: {duplicated}")
-    suite = Suite(table, tuple(row_key), checks, str(data.get("description", "")), path)
+    time_column = data.get("time_column")
+    if time_column is not None and not isinstance(time_column, str):
+        raise SuiteError(f"{path}: `time_column` must be a column name")
+    suite = Suite(
+        table, tuple(row_key), checks, str(data.get("description", "")), path, time_column
+    )
     for check in checks:
         _build_expectation(path, check)
     return suite
@@ -148,6 +156,7 @@ def _load_check(path: Path, index: int, entry: Any) -> Check:
     severity = entry.get("severity")
     if severity not in SEVERITIES:
         raise SuiteError(f"{where}: severity {severity!r} is none of {', '.join(SEVERITIES)}")
+    _expectation_class(where, entry["type"])
     if severity == "quarantine" and entry["type"] not in QUARANTINABLE:
         raise SuiteError(
             f"{where}: {entry['type']} judges the whole batch, not single rows, so it cannot "
@@ -158,15 +167,19 @@ def _load_check(path: Path, index: int, entry: Any) -> Check:
     )
 
 
-def _build_expectation(path: Path, check: Check) -> Any:
+def _expectation_class(where: str, type_name: str) -> Any:
     from great_expectations.exceptions import ExpectationNotFoundError
     from great_expectations.expectations.registry import get_expectation_impl
 
-    where = f"{path}: expectation {check.name!r}"
     try:
-        expectation_class = get_expectation_impl(check.type)
+        return get_expectation_impl(type_name)
     except ExpectationNotFoundError:
-        raise SuiteError(f"{where}: unknown expectation type {check.type!r}") from None
+        raise SuiteError(f"{where}: unknown expectation type {type_name!r}") from None
+
+
+def _build_expectation(path: Path, check: Check) -> Any:
+    where = f"{path}: expectation {check.name!r}"
+    expectation_class = _expectation_class(where, check.type)
     try:
         return expectation_class(
             **check.kwargs,

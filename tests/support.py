@@ -16,6 +16,7 @@ def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str
     env = {
         "LAKEHOUSE__STORAGE__ROOT": str(storage_root / "lake"),
         "LAKEHOUSE__STORAGE__LOCAL_STATE": str(storage_root / "state"),
+        "LAKEHOUSE__QUALITY__LOCAL_DIR": str(storage_root / "quality"),
         "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
         "LAKEHOUSE__KAFKA__TOPIC_PREFIX": topic_prefix,
         "LAKEHOUSE__KAFKA__PARTITIONS": "2",

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT
+from lakehouse import PROJECT_ROOT, quality
 from lakehouse.errors import LakehouseError
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,16 @@ def consume_all(bootstrap: str, prefix: str) -> set[tuple]:
 
 
 def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
-    rows = spark.read.format("delta").load(path).collect()
+    return as_tuples(spark.read.format("delta").load(path).collect())
+
+
+def quarantined_rows(spark: SparkSession, root: str) -> list[Row]:
+    return quality.quarantined_rows(
+        spark, root, sensor_records.NAME, sensor_records.COLUMNS
+    ).collect()
+
+
+def as_tuples(rows: list[Row]) -> list[tuple]:
     return [
         (
             r.topic,
@@ -97,14 +106,21 @@ def test_bronze_holds_every_record_exactly_once_byte_for_byte(
     sensor_records.run(spark, settings)
 
     rows = bronze_rows(spark, settings.storage.table_uri("bronze", "sensor_records"))
-    assert len(rows) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
-    assert len({r[:3] for r in rows}) == len(rows), "(topic, partition, offset) must be unique"
-    assert set(rows) == consume_all(kafka_bootstrap, prefix)
+    quarantined = quarantined_rows(spark, settings.storage.root)
+    caught = [r.expectation for r in quarantined]
+    every = rows + as_tuples(quarantined)
+    assert len(every) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
+    assert len({r[:3] for r in every}) == len(every), "(topic, partition, offset) must be unique"
+    assert set(every) == consume_all(kafka_bootstrap, prefix)
     assert {(t, p) for t, p, *_ in rows} == {
         (f"{prefix}sensor-00{i}", p) for i in (1, 2, 3) for p in (0, 1)
     }
-    assert sensor_records.rows_by_topic(spark, settings) == dict(report.by_topic)
-    assert sum(r[3] is None for r in rows) == FAULTS["null_key"]
+    # The suite quarantines what the protocol forbids; everything else lands in the table.
+    assert sorted(caught) == sorted(
+        ["key_present"] * FAULTS["null_key"] + ["value_within_size_bound"] * FAULTS["oversize"]
+    )
+    assert all(r[3] is not None and len(r[4]) <= MAX_VALUE_BYTES for r in rows)
+    assert sum(sensor_records.rows_by_topic(spark, settings).values()) == len(rows)
 
 
 def test_second_run_ingests_only_new_records(
@@ -202,7 +218,9 @@ def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
     rerun = run_lakehouse("run", "bronze", env=env)
 
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    # what the suite quarantines is bronze's too: between them, every record once
     rows = bronze_rows(spark, table.as_uri())
+    rows += as_tuples(quarantined_rows(spark, (tmp_path / "lake").as_uri()))
     assert len(rows) == report.records
     assert len({r[:3] for r in rows}) == report.records
     assert set(rows) == consume_all(kafka_bootstrap, prefix)

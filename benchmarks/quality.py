@@ -1,0 +1,134 @@
+"""The cost of in-stream validation: bronze and silver with and without it, in one process.
+
+Both variants of a layer read the same records (bronze: the same Kafka topics; silver: the
+same bronze table) into fresh tables and checkpoints; the only difference is
+`quality.validate_streams`. Each variant runs twice, alternating, and the best run
+counts. Prints records/s for each and the overhead, 1 - with/without.
+
+    python benchmarks/quality.py                   # ~1M records into bronze, silver on 300k
+    python benchmarks/quality.py --sessions 10     # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder comes first on sys.path and would shadow `bronze`.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from bronze import sensor_records  # noqa: E402
+from lakehouse.kafka_broker import EmbeddedKafka  # noqa: E402
+from lakehouse.producer import TrafficSpec, produce  # noqa: E402
+from lakehouse.settings import Settings, load_settings  # noqa: E402
+from lakehouse.spark import build_spark  # noqa: E402
+from silver import reconstruct  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sensors", type=int, default=10)
+    parser.add_argument("--sessions", type=int, default=100, help="per sensor")
+    parser.add_argument("--updates", type=int, default=998, help="per session")
+    parser.add_argument("--rows", type=int, default=200, help="per snapshot")
+    parser.add_argument(
+        "--silver-sessions", type=int, default=30, help="per sensor, for the silver runs"
+    )
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
+        root = Path(tmp)
+        broker = EmbeddedKafka(root / "kafka")
+        bootstrap = broker.start()
+        try:
+            spec = TrafficSpec(
+                sensors=args.sensors,
+                sessions_per_sensor=args.sessions,
+                updates_per_session=args.updates,
+                rows_per_snapshot=args.rows,
+                session_stagger_seconds=0.5,
+                partitions=4,
+            )
+            print(f"producing {spec.sensors * spec.sessions_per_sensor:,} sessions ...", flush=True)
+            records = produce(spec, bootstrap, progress=True).records
+            small = replace(spec, sessions_per_sensor=args.silver_sessions, topic_prefix="small.")
+            small_records = produce(small, bootstrap, progress=True).records
+            spark = build_spark(settings(root, bootstrap, True).spark, app_name="bench-quality")
+
+            print("warm-up run (not timed) ...", flush=True)
+            sensor_records.run(spark, settings(root / "warm-up", bootstrap, True, "small."))
+            bronze = {False: [], True: []}  # type: dict[bool, list[float]]
+            for attempt in range(2):
+                for validate in (False, True):
+                    lake = settings(root / f"bronze-{validate}-{attempt}", bootstrap, validate)
+                    bronze[validate].append(timed(sensor_records.run, spark, lake))
+
+            # silver reads one shared bronze table of the smaller traffic
+            source = settings(root / "silver-source", bootstrap, False, "small.")
+            sensor_records.run(spark, source)
+            silver = {False: [], True: []}  # type: dict[bool, list[float]]
+            for attempt in range(2):
+                for validate in (False, True):
+                    lake = silver_over(root / f"silver-{validate}-{attempt}", source, validate)
+                    silver[validate].append(timed(reconstruct.run, spark, lake))
+        finally:
+            broker.stop()
+
+    print()
+    report("bronze", records, bronze)
+    report("silver", small_records, silver)
+
+
+def settings(root: Path, bootstrap: str, validate: bool, prefix: str = "sensors.") -> Settings:
+    return load_settings(
+        "local",
+        environ={
+            "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
+            "LAKEHOUSE__QUALITY__LOCAL_DIR": str(root / "quality"),
+            "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "LAKEHOUSE__KAFKA__TOPIC_PREFIX": prefix,
+            "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": str(validate).lower(),
+            "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
+        },
+    )
+
+
+def silver_over(root: Path, source: Settings, validate: bool) -> Settings:
+    """Settings whose bronze table is `source`'s, and everything else fresh under `root`."""
+    fresh = settings(root, "unused:1", validate)
+    bronze = Path(source.storage.table_uri("bronze", "sensor_records").removeprefix("file://"))
+    (root / "lake" / "bronze").mkdir(parents=True)
+    (root / "lake" / "bronze" / "sensor_records").symlink_to(bronze)
+    return fresh
+
+
+def timed(job: Callable[[SparkSession, Settings], object], *args: Any) -> float:
+    started = time.perf_counter()
+    job(*args)
+    return time.perf_counter() - started
+
+
+def report(layer: str, records: int, runs: dict[bool, list[float]]) -> None:
+    without, with_ = min(runs[False]), min(runs[True])
+    print(f"{layer}: {records:,} records")
+    print(f"  without validation: {records / without:>10,.0f} records/s  (runs {fmt(runs[False])})")
+    print(f"  with validation:    {records / with_:>10,.0f} records/s  (runs {fmt(runs[True])})")
+    print(f"  validation overhead: {1 - without / with_:.0%} of throughput (goal <= 20%)")
+
+
+def fmt(seconds: list[float]) -> str:
+    return ", ".join(f"{s:.1f}s" for s in seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Batch validation of whole tables (`lakehouse check`) and the reports (`lakehouse report`).
+
+A check validates each table with full detail in a file-backed Great Expectations project
+under `quality.local_dir`, so that its results feed the Data Docs site, and appends the
+results to `quality.expectation_results` like the streams do.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import quality
+from lakehouse.quality import Outcome, Validator
+from lakehouse.settings import Settings
+from lakehouse.suites import Suite, load_suites
+
+_SEVERITY_RANK = {"fail": 0, "quarantine": 1, "warn": 2}
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """The outcome of one table's suite over the table (or a window of it)."""
+
+    suite: Suite
+    rows: int
+    outcomes: list[Outcome]
+    seconds: float
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.success]
+
+    @property
+    def blocking(self) -> bool:
+        """A `fail` expectation failed: the table is not fit to use."""
+        return any(o.check.severity == "fail" for o in self.failed)
+
+
+def gx_context(settings: Settings) -> Any:
+    import great_expectations as gx
+
+    return gx.get_context(mode="file", project_root_dir=settings.quality.gx_dir)
+
+
+def check_tables(
+    spark: SparkSession,
+    settings: Settings,
+    select: str | None = None,
+    since: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[TableCheck]:
+    """Validate every selected table that exists; results go to the results table."""
+    suites = load_suites(settings.quality.suites_dir, select)
+    root = settings.storage.root
+    quality.create_tables(spark, root, sorted({s.layer for s in suites}))
+    validator = Validator(suites, context=gx_context(settings))
+    run_id, checks = quality.new_run_id(), []
+    for suite in suites:
+        path = settings.storage.table_uri(*suite.table.split(".", 1))
+        if not _is_delta(spark, path):
+            echo(f"  {suite.table:<28} not built yet, skipped ({path})")
+            continue
+        frame = spark.read.format("delta").load(path)
+        window = ""
+        if since and suite.time_column:
+            frame = frame.where(F.col(suite.time_column) >= F.lit(since).cast("timestamp"))
+            window = f" since {since} by {suite.time_column}"
+        elif since:
+            window = " (whole table: the suite names no time_column)"
+        started = time.monotonic()
+        frame.persist()
+        try:
+            rows = frame.count()
+            outcomes = validator.validate_and_store(frame, suite.table)
+        finally:
+            frame.unpersist()
+        check = TableCheck(suite, rows, outcomes, time.monotonic() - started)
+        checks.append(check)
+        passed = len(outcomes) - len(check.failed)
+        echo(
+            f"  {suite.table:<28} {rows:>12,} rows{window}: {passed}/{len(outcomes)} passed "
+            f"({check.seconds:.1f}s)"
+        )
+        for outcome in check.failed:
+            echo(f"      FAILED {outcome.describe()}")
+    if checks:
+        outcomes_by_table = {c.suite.table: c.outcomes for c in checks}
+        results = quality.results_frame(spark, run_id, "check", "*", outcomes_by_table, None)
+        results.write.format("delta").mode("append").save(quality.results_uri(root))
+    return checks
+
+
+def _is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def build_data_docs(settings: Settings) -> Path:
+    """Render the Data Docs site from the stored check results; the path of its index."""
+    context = gx_context(settings)
+    context.build_data_docs()
+    url = context.get_docs_sites_urls()[0]["site_url"]
+    return Path(url.removeprefix("file://"))
+
+
+def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
+    """Terminal lines: each table's latest check, stream validation totals, worst failures."""
+    path = quality.results_uri(settings.storage.root)
+    if not _is_delta(spark, path):
+        return ["no validation results yet: run a layer or `lakehouse check`"]
+    results = spark.read.format("delta").load(path)
+    lines = []
+    checks = results.where("mode = 'check'")
+    latest = checks.groupBy("table_name").agg(F.max("validated_at").alias("validated_at"))
+    last_check = checks.join(latest, ["table_name", "validated_at"])
+    tables = last_check.groupBy("table_name").agg(
+        F.count("*").alias("total"),
+        F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failed"),
+        F.sum(F.when(~F.col("success") & (F.col("severity") == "fail"), 1).otherwise(0)).alias(
+            "blocking"
+        ),
+        F.max("validated_at").alias("at"),
+    )
+    lines.append("latest check per table:")
+    for r in tables.orderBy("table_name").collect():
+        state = "FAIL" if r.blocking else ("WARN" if r.failed else "PASS")
+        lines.append(
+            f"  {state:<4} {r.table_name:<28} {r.total - r.failed}/{r.total} expectations "
+            f"passed  ({r.at:%Y-%m-%d %H:%M:%S} UTC)"
+        )
+    if not tables.head(1):
+        lines.append("  none yet: run `lakehouse check`")
+
+    streams = (
+        results.where("mode = 'stream'")
+        .groupBy("table_name")
+        .agg(
+            F.countDistinct("run_id", "batch_id").alias("batches"),
+            F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failures"),
+            F.sum(F.coalesce("quarantined", F.lit(0))).alias("quarantined"),
+        )
+    )
+    stream_rows = streams.orderBy("table_name").collect()
+    if stream_rows:
+        lines.append("in-stream validation (all runs):")
+        for r in stream_rows:
+            lines.append(
+                f"  {r.table_name:<28} {r.batches:>6,} batches  {r.failures:>6,} failed "
+                f"expectations  {r.quarantined:>8,} rows quarantined"
+            )
+
+    failures = (
+        last_check.where("NOT success")
+        .withColumn(
+            "rank",
+            F.when(F.col("severity") == "fail", 0)
+            .when(F.col("severity") == "quarantine", 1)
+            .otherwise(2),
+        )
+        .orderBy("rank", F.desc_nulls_last("unexpected_count"))
+        .limit(worst)
+        .collect()
+    )
+    if failures:
+        lines.append("worst failures of the latest checks:")
+        for r in failures:
+            count = f"{r.unexpected_count:,} unexpected" if r.unexpected_count is not None else ""
+            lines.append(f"  [{r.severity}] {r.table_name}.{r.expectation}  {count}".rstrip())
+    return lines

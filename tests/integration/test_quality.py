@@ -1,0 +1,200 @@
+"""Each suite on a small good frame (passes) and small bad frames (the intended expectation
+fails, with the intended consequence), through the same gate the streams use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from bronze import sensor_records
+from lakehouse import PROJECT_ROOT, quality
+from lakehouse.quality import BatchGate, QualityFailure, Validator
+from lakehouse.streaming import Txn
+from lakehouse.suites import load_suites
+from silver import row_changes, session_rows, sessions, violations
+from silver.tables import LINEAGE_COLUMNS
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
+SCHEMAS = {
+    "bronze.sensor_records": sensor_records.COLUMNS,
+    "silver.row_changes": f"{row_changes.COLUMNS}, {LINEAGE_COLUMNS}",
+    "silver.sessions": f"{sessions.COLUMNS}, {LINEAGE_COLUMNS}",
+    "silver.violations": f"{violations.COLUMNS}, {LINEAGE_COLUMNS}",
+    "silver.session_rows": f"{session_rows.COLUMNS}, {LINEAGE_COLUMNS}",
+}
+
+
+def lineage(i: int) -> dict[str, Any]:
+    return {"topic": "sensors.s1", "partition": 0, "offset": 100 + i}
+
+
+def good_rows(table: str) -> list[dict[str, Any]]:
+    """A few rows that every expectation of the table's suite accepts."""
+    if table == "bronze.sensor_records":
+        return [
+            {**lineage(i), "key": b"s1-0", "value": b'{"seq": %d}' % i, "kafka_timestamp": NOW,
+             "kafka_timestamp_type": 0, "headers": [], "ingested_at": NOW, "batch_id": 0}
+            for i in range(4)
+        ]  # fmt: skip
+    values = {"temperature": 21.5, "humidity": 40.0, "pressure": 1013.0, "status": "ok",
+              "counter": 7}  # fmt: skip
+    if table == "silver.row_changes":
+        snapshot = [
+            {"session_id": "s1-0", "sensor_id": "s1", "row_id": f"r{r}", "op": "snapshot",
+             **values, "seq": 0, "ordinal": r, "event_time": NOW, "batch_id": 0, **lineage(0)}
+            for r in range(3)
+        ]  # fmt: skip
+        updates = [
+            {**snapshot[0], "op": "update", "seq": seq, "ordinal": 0, **lineage(seq)}
+            for seq in (1, 2, 3)
+        ]
+        resync = {**snapshot[1], "seq": 7, **lineage(7)}  # a snapshot may follow a gap
+        return [*snapshot, *updates, resync]
+    if table == "silver.session_rows":
+        return [
+            {"session_id": "s1-0", "sensor_id": "s1", "row_id": f"r{r}", **values, "seq": 3,
+             "event_time": NOW, **lineage(3)}
+            for r in range(3)
+        ]  # fmt: skip
+    if table == "silver.sessions":
+        return [
+            {"session_id": f"s1-{s}", "sensor_id": "s1", "status": "open", "first_seq": 0,
+             "last_seq": 9, "records": 2000, "snapshots": 1, "updates": 1999, "rejected": 1,
+             "gaps": 0, "table_rows": 3, "first_event_time": NOW,
+             "last_event_time": NOW + timedelta(minutes=5), "first_topic": "sensors.s1",
+             "first_partition": 0, "first_offset": 1, "updated_batch_id": 0, **lineage(s)}
+            for s in range(3)
+        ]  # fmt: skip
+    return [
+        {"session_id": "s1-0", "sensor_id": "s1", "reason": reason, "detail": "",
+         "expected_seq": 4, "found_seq": 5, "raw_value": b"{}", "batch_id": 0, **lineage(i)}
+        for i, reason in enumerate(("gap", "duplicate", "quarantined"))
+    ]  # fmt: skip
+
+
+def change(index: int, **fields: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def mutate(rows: list[dict[str, Any]]) -> None:
+        rows[index].update(fields)
+
+    return mutate
+
+
+def add_copy_of(index: int, **fields: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def mutate(rows: list[dict[str, Any]]) -> None:
+        rows.append({**rows[index], **fields})
+
+    return mutate
+
+
+BAD_FRAMES = [
+    ("bronze.sensor_records", "record_unique", "fail", add_copy_of(1)),
+    ("bronze.sensor_records", "key_present", "quarantine", change(2, key=None)),
+    ("bronze.sensor_records", "value_present", "quarantine", change(2, value=None)),
+    ("bronze.sensor_records", "value_within_size_bound", "quarantine",
+     change(3, value=b"x" * (256 * 1024 + 1))),
+    ("bronze.sensor_records", "timestamps_sane", "warn",
+     change(0, kafka_timestamp=NOW + timedelta(days=2))),
+    ("silver.row_changes", "change_unique", "fail", add_copy_of(4, ordinal=9)),
+    ("silver.row_changes", "seq_contiguous", "fail", change(5, seq=5, **lineage(5))),
+    ("silver.row_changes", "op_valid", "fail", change(4, op="upsert")),
+    ("silver.row_changes", "status_valid", "quarantine", change(4, status="melting")),
+    ("silver.row_changes", "values_in_range", "quarantine", change(5, humidity=140.0)),
+    ("silver.session_rows", "row_unique", "fail", add_copy_of(0, seq=4)),
+    ("silver.session_rows", "lineage_present", "fail", change(1, topic=None)),
+    ("silver.sessions", "session_unique", "fail", add_copy_of(0, status="closed")),
+    ("silver.sessions", "status_valid", "fail", change(1, status="lost")),
+    ("silver.sessions", "lineage_present", "fail", change(1, first_topic=None)),
+    ("silver.sessions", "violation_rate_below_bound", "warn", change(2, rejected=40)),
+    ("silver.violations", "reason_known", "fail", change(0, reason="bad_luck")),
+    ("silver.violations", "lineage_present", "fail", change(0, offset=None)),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def validator() -> Validator:
+    return Validator(load_suites(PROJECT_ROOT / "expectations"))
+
+
+def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> DataFrame:
+    return spark.createDataFrame(rows, SCHEMAS[table]).persist()
+
+
+def gate(validator: Validator, root: str, table: str, batch_id: int) -> BatchGate:
+    return BatchGate(validator, root, table.split(".")[0], Txn("test", batch_id), "run-1")
+
+
+@pytest.mark.parametrize("table", sorted(SCHEMAS))
+def test_a_good_frame_passes_every_expectation_of_its_suite(
+    spark: SparkSession, validator: Validator, table: str
+) -> None:
+    outcomes = validator.validate(frame(spark, table, good_rows(table)), table, "SUMMARY")
+
+    assert [o.check.name for o in outcomes if not o.success] == []
+    assert len(outcomes) == len(validator.suites[table].checks)
+
+
+@pytest.mark.parametrize(("table", "expectation", "severity", "mutate"), BAD_FRAMES)
+def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
+    spark: SparkSession,
+    validator: Validator,
+    tmp_path: Path,
+    table: str,
+    expectation: str,
+    severity: str,
+    mutate: Callable[[list[dict[str, Any]]], None],
+) -> None:
+    root = tmp_path.as_uri()
+    layer = table.split(".")[0]
+    quality.create_tables(spark, root, [layer])
+    rows = good_rows(table)
+    mutate(rows)
+    batch = frame(spark, table, rows)
+    assert validator.suites[table].check(expectation).severity == severity
+
+    batch_gate = gate(validator, root, table, 0)
+    admitted = batch_gate.admit(batch, table)
+    if severity == "fail":
+        with pytest.raises(QualityFailure, match=f"{table} batch 0: expectation {expectation}"):
+            batch_gate.commit()
+    else:
+        batch_gate.commit()
+
+    results = spark.read.format("delta").load(quality.results_uri(root))
+    failed = {r.expectation for r in results.where("NOT success").collect()}
+    assert failed == {expectation}
+    quarantine = spark.read.format("delta").load(f"{root}/{layer}/quarantine").collect()
+    if severity == "quarantine":
+        assert admitted.count() == len(rows) - 1
+        assert [r.expectation for r in quarantine] == [expectation]
+        (restored,) = quality.quarantined_rows(spark, root, table, SCHEMAS[table]).collect()
+        assert restored.asDict() == {**batch.exceptAll(admitted).first().asDict(),
+                                     "expectation": expectation}  # fmt: skip
+    else:
+        assert admitted.count() == len(rows)
+        assert quarantine == []
+
+
+def test_a_replayed_batch_records_its_results_and_quarantine_once(
+    spark: SparkSession, validator: Validator, tmp_path: Path
+) -> None:
+    root, table = tmp_path.as_uri(), "bronze.sensor_records"
+    quality.create_tables(spark, root, ["bronze"])
+    rows = good_rows(table)
+    change(2, key=None)(rows)
+    batch = frame(spark, table, rows)
+
+    for _ in range(2):  # the same micro-batch again, as after a crash before commit
+        batch_gate = gate(validator, root, table, 5)
+        batch_gate.admit(batch, table)
+        batch_gate.commit()
+
+    results = spark.read.format("delta").load(quality.results_uri(root))
+    assert results.count() == len(validator.suites[table].checks)
+    assert spark.read.format("delta").load(f"{root}/bronze/quarantine").count() == 1
