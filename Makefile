@@ -36,6 +36,7 @@ lint: setup ## pre-commit hooks: hygiene, ruff, mypy
 bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python benchmarks/bronze.py
 	$(BIN)/python benchmarks/silver.py
+	$(BIN)/python benchmarks/quality.py
 
 clean: ## stop the embedded broker and delete local state (tables, checkpoints, broker data)
 	-$(LH) kafka stop

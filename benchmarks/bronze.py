@@ -2,6 +2,7 @@
 
 Both read the same records from the same broker with the same source options; the ratio
 is what bronze's Delta write, lineage columns and exactly-once bookkeeping cost.
+In-stream validation is off here: benchmarks/quality.py measures what it adds.
 After an untimed warm-up run, baseline and bronze alternate twice and the best run of each
 counts, so JIT warm-up and page cache favour neither side.
 
@@ -47,6 +48,7 @@ def main() -> None:
                 "local",
                 environ={
                     "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
+                    "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
                     "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
                     "LAKEHOUSE__KAFKA__PARTITIONS": "4",
                 },
@@ -72,6 +74,7 @@ def main() -> None:
                 noop_runs.append(time_noop(spark, settings, bootstrap, root / f"noop-{attempt}"))
                 lake = load_settings("local", environ={
                     "LAKEHOUSE__STORAGE__ROOT": str(root / f"lake-{attempt}"),
+                    "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
                     "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
                 })  # fmt: skip
                 started = time.perf_counter()
