@@ -18,8 +18,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/activate
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-setup: $(VENV)/.installed ## install Python deps and resolve the pinned JVM jars (idempotent)
+setup: $(VENV)/.installed ## install Python deps, the pinned JVM jars and Chromium (idempotent)
 	$(LH) setup
+	bash scripts/install-chromium.sh
 
 demo: setup ## start a local broker, produce sensor traffic, run bronze and silver into bronze
 	bash scripts/demo.sh

@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import quality
+from lakehouse import data_docs, quality
 from lakehouse.quality import Outcome, Validator
 from lakehouse.settings import Settings
 from lakehouse.suites import Suite, load_suites
@@ -78,7 +78,7 @@ def check_tables(
         frame.persist()
         try:
             rows = frame.count()
-            outcomes = validator.validate_and_store(frame, suite.table)
+            outcomes = validator.validate_and_store(frame, suite.table, run_id)
         finally:
             frame.unpersist()
         check = TableCheck(suite, rows, outcomes, time.monotonic() - started)
@@ -107,8 +107,9 @@ def build_data_docs(settings: Settings) -> Path:
     """Render the Data Docs site from the stored check results; the path of its index."""
     context = gx_context(settings)
     context.build_data_docs()
-    url = context.get_docs_sites_urls()[0]["site_url"]
-    return Path(url.removeprefix("file://"))
+    index = Path(context.get_docs_sites_urls()[0]["site_url"].removeprefix("file://"))
+    data_docs.make_self_contained(index.parent)
+    return index
 
 
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:

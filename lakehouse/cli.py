@@ -43,13 +43,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    setup = commands.add_parser("setup", help="resolve the pinned JVM jars (make setup runs it)")
+    setup = commands.add_parser(
+        "setup",
+        help="resolve the pinned JVM jars and Data Docs assets (make setup runs it)",
+    )
     setup.add_argument("--force", action="store_true", help="resolve again even if unchanged")
     setup.set_defaults(handler=_setup)
 
     kafka = commands.add_parser("kafka", help="the embedded Kafka broker (KRaft) on 127.0.0.1")
     kafka.add_argument("action", choices=("start", "stop", "status"))
     kafka.set_defaults(handler=_kafka)
+
+    s3 = commands.add_parser(
+        "s3", help="the embedded S3 server (SeaweedFS) on 127.0.0.1, for reports and tests"
+    )
+    s3.add_argument("action", choices=("start", "stop", "status"))
+    s3.add_argument(
+        "--bucket", action="append", default=[], help="start: create this bucket (repeatable)"
+    )
+    s3.set_defaults(handler=_s3)
 
     produce = commands.add_parser(
         "produce",
@@ -146,10 +158,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _setup(args: argparse.Namespace) -> None:
-    from lakehouse import jars
+    from lakehouse import data_docs, jars
 
     jars.resolve(force=args.force)
     print(f"JVM jars ready in {jars.JARS_DIR}")
+    print(f"Data Docs scripts and styles ready in {data_docs.fetch_assets(force=args.force)}")
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -164,6 +177,24 @@ def _kafka(args: argparse.Namespace) -> int:
         address = broker.bootstrap()
         print(f"running at {address}" if address else "not running")
         return 0 if address else 3
+    return 0
+
+
+def _s3(args: argparse.Namespace) -> int:
+    from lakehouse.s3_server import EmbeddedS3
+
+    settings = _settings(args)
+    server = EmbeddedS3.under(
+        settings.storage.local_state_dir, settings.s3.access_key, settings.s3.secret_key
+    )
+    if args.action == "start":
+        print(f"S3 server ready at {server.start(tuple(args.bucket))} (log: {server.log_file})")
+    elif args.action == "stop":
+        print("S3 server stopped" if server.stop() else "S3 server was not running")
+    else:
+        running = server.endpoint()
+        print(f"running at {running}" if running else "not running")
+        return 0 if running else 3
     return 0
 
 

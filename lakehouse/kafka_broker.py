@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -17,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse import jars
+from lakehouse import jars, services
 from lakehouse.errors import LakehouseError
 
 _LOG4J2 = """\
@@ -96,36 +95,16 @@ class EmbeddedKafka:
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""
-        pid = self._pid()
         (self.home / "bootstrap").unlink(missing_ok=True)
-        if pid is None:
-            return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        (self.home / "broker.pid").unlink(missing_ok=True)
-        return True
+        return services.stop(self.home / "broker.pid", timeout_s)
 
     def _pid(self) -> int | None:
-        pid_file = self.home / "broker.pid"
-        if not pid_file.exists():
-            return None
-        pid = int(pid_file.read_text())
-        return pid if _alive(pid) else None
+        return services.running_pid(self.home / "broker.pid")
 
     def _ports(self) -> tuple[int, int]:
         # A restarted broker keeps its ports, so clients and checkpoints that know the
         # address find it again.
-        ports_file = self.home / "ports"
-        if ports_file.exists():
-            port, controller = (int(p) for p in ports_file.read_text().split())
-            if _free(port) and _free(controller):
-                return port, controller
-        port, controller = _free_port(), _free_port()
-        ports_file.write_text(f"{port} {controller}")
+        port, controller = services.kept_ports(self.home / "ports", 2)
         return port, controller
 
     def _java_command(self, main_class: str, *args: str) -> list[str]:
@@ -168,35 +147,6 @@ group.initial.rebalance.delay.ms=0
 
 def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie child of this process still answers kill(0); it is not a running broker.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _serves(address: str) -> bool:

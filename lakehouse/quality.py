@@ -109,14 +109,13 @@ class Validator:
             globally=False, metric_calculations=False
         )
         source = self.context.data_sources.add_or_update_spark("lakehouse", persist=False)
-        asset = (
-            source.get_asset("frames") if source.assets else source.add_dataframe_asset("frames")
-        )
-        self._batches = (
-            asset.get_batch_definition("whole")
-            if asset.batch_definitions
-            else asset.add_batch_definition_whole_dataframe("whole")
-        )
+        # One asset per table, so that the Data Docs name what was validated.
+        self._batches = {
+            s.table: source.add_dataframe_asset(s.table).add_batch_definition_whole_dataframe(
+                "whole table"
+            )
+            for s in suites
+        }
         self.suites = {s.table: s for s in suites}
         self._gx_suites = {s.table: self.context.suites.add_or_update(s.to_gx()) for s in suites}
 
@@ -130,7 +129,7 @@ class Validator:
         """Run the table's suite (or the expectations named in `only`) on `frame`, which
         the caller has persisted: GX scans it once per metric."""
         suite = self.suites[table]
-        batch = self._batches.get_batch(batch_parameters={"dataframe": frame})
+        batch = self._batches[table].get_batch(batch_parameters={"dataframe": frame})
         # GX runs query expectations on its engine's session over a temp view it registers
         # on the frame's session; foreachBatch frames belong to a session of their own.
         batch.data.execution_engine.spark = frame.sparkSession
@@ -145,14 +144,21 @@ class Validator:
             suite, [batch.validate(e, result_format=result_format) for e in expectations]
         )
 
-    def validate_and_store(self, frame: DataFrame, table: str) -> list[Outcome]:
+    def validate_and_store(self, frame: DataFrame, table: str, run_id: str) -> list[Outcome]:
         """Validate with full detail and keep the result in the context, for the Data Docs."""
         import great_expectations as gx
+        from great_expectations.core.run_identifier import RunIdentifier
 
         definition = self.context.validation_definitions.add_or_update(
-            gx.ValidationDefinition(name=table, data=self._batches, suite=self._gx_suites[table])
+            gx.ValidationDefinition(
+                name=table, data=self._batches[table], suite=self._gx_suites[table]
+            )
         )
-        result = definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+        result = definition.run(
+            batch_parameters={"dataframe": frame},
+            result_format="SUMMARY",
+            run_id=RunIdentifier(run_name=run_id),
+        )
         return _outcomes(self.suites[table], result.results)
 
 
@@ -255,11 +261,7 @@ class BatchGate:
             offending = offending_rows(frame, outcome.check, self.validator.suites[table])
             rows = offending.count()
             self.quarantined.append(_quarantine_rows(offending, table, outcome.check, self.txn))
-            kept = kept.join(
-                offending.select(*self.validator.suites[table].row_key).distinct(),
-                list(self.validator.suites[table].row_key),
-                "left_anti",
-            )
+            kept = without_rows(kept, offending, self.validator.suites[table].row_key)
             final.append(Outcome(**{**outcome.__dict__, "quarantined": rows}))
         self.outcomes[table] = final
         return kept
@@ -311,6 +313,12 @@ def offending_rows(frame: DataFrame, check: Check, suite: Suite) -> DataFrame:
             )
         return frame.join(keys.select(*suite.row_key).distinct(), list(suite.row_key), "left_semi")
     return frame.where(F.coalesce(_unexpected(check), F.lit(False)))
+
+
+def without_rows(frame: DataFrame, rows: DataFrame, row_key: Sequence[str]) -> DataFrame:
+    """`frame` less `rows`, matched by `row_key`, in `frame`'s column order."""
+    keys = rows.select(*row_key).distinct()
+    return frame.join(keys, list(row_key), "left_anti").select(*frame.columns)
 
 
 def _unexpected(check: Check) -> Column:

