@@ -53,12 +53,21 @@ class EmbeddedS3:
 
     def start(self, buckets: tuple[str, ...] = (), timeout_s: float = 60.0) -> str:
         """Start the server unless it runs, create `buckets`; return the S3 endpoint."""
+        from botocore.exceptions import ClientError
+
         endpoint = self.endpoint() or self._launch(timeout_s)
         client = self.client(endpoint)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in buckets:
             if bucket not in existing:
-                client.create_bucket(Bucket=bucket)
+                try:
+                    client.create_bucket(Bucket=bucket)
+                except ClientError as error:
+                    problem = error.response.get("Error", {})
+                    raise LakehouseError(
+                        f"cannot create bucket {bucket!r} at {endpoint}: "
+                        f"{problem.get('Code')}: {problem.get('Message')}"
+                    ) from None
         return endpoint
 
     def stop(self, timeout_s: float = 30.0) -> bool:

@@ -11,7 +11,7 @@ export LAKEHOUSE__QUALITY__LOCAL_DIR="$demo_state/quality"
 step() { printf '\n== %s\n' "$*"; }
 
 rm -rf "$demo_state"
-trap '$lakehouse kafka stop >/dev/null' EXIT
+trap '$lakehouse kafka stop >/dev/null; $lakehouse s3 stop >/dev/null' EXIT
 
 step "start a Kafka broker (KRaft) on 127.0.0.1"
 $lakehouse kafka start
@@ -34,7 +34,8 @@ step "validate every table against its expectation suite (expectations/)"
 # Exit 1 means an expectation of severity `fail` failed: the demo shows it and goes on.
 $lakehouse check || echo "(a table failed a blocking expectation: see above)"
 
-step "data-quality report: the Data Docs site and a summary"
-$lakehouse report
+step "data-quality report: a summary, the Data Docs site, and a copy published to S3"
+$lakehouse s3 start --bucket reports
+$lakehouse report --publish s3://reports/data-docs
 
 printf '\nTables and checkpoints are under %s/lake.\n' "$demo_state"
