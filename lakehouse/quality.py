@@ -44,7 +44,7 @@ survive), the expectation that caught it, and its Kafka lineage to find it again
 _BATCH_VIEW = "lakehouse_quality_batch"
 
 
-class QualityFailure(LakehouseError):
+class QualityError(LakehouseError):
     """A `fail` expectation did not hold: the batch (or check) must not pass."""
 
 
@@ -59,8 +59,10 @@ class Outcome:
     element_count: int | None = None
     quarantined: int | None = None
 
-    def describe(self) -> str:
-        found = [
+    @property
+    def found(self) -> str:
+        """What the expectation saw, e.g. `unexpected 3, quarantined 3`."""
+        return ", ".join(
             f"{label} {value:,}" if isinstance(value, int) else f"{label} {value}"
             for label, value in (
                 ("unexpected", self.unexpected_count),
@@ -68,10 +70,11 @@ class Outcome:
                 ("quarantined", self.quarantined),
             )
             if value is not None
-        ]
-        return f"{self.check.name} ({self.check.severity})" + (
-            f": {', '.join(found)}" if found else ""
         )
+
+    def describe(self) -> str:
+        found = self.found
+        return f"{self.check.name} ({self.check.severity})" + (f": {found}" if found else "")
 
 
 def create_tables(spark: SparkSession, root: str, layers: Sequence[str]) -> None:
@@ -287,8 +290,9 @@ class BatchGate:
         if failed:
             results.write.format("delta").mode("append").save(results_uri(self.root))
             table, outcome = failed[0]
-            raise QualityFailure(
-                f"{table} batch {self.txn.version}: expectation {outcome.describe()} failed; "
+            raise QualityError(
+                f"{table} batch {self.txn.version}: expectation {outcome.check.name} (fail) "
+                f"failed{': ' + outcome.found if outcome.found else ''}; "
                 f"the batch was not committed (suite {validator.suites[table].path})"
             )
         append(results, results_uri(self.root), self.txn)

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT, quality
-from lakehouse.quality import BatchGate, QualityFailure, Validator
+from lakehouse.quality import BatchGate, QualityError, Validator
 from lakehouse.streaming import Txn
 from lakehouse.suites import load_suites
 from silver import row_changes, session_rows, sessions, violations
@@ -162,7 +162,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     batch_gate = gate(validator, root, table, 0)
     admitted = batch_gate.admit(batch, table)
     if severity == "fail":
-        with pytest.raises(QualityFailure, match=f"{table} batch 0: expectation {expectation}"):
+        with pytest.raises(QualityError, match=f"{table} batch 0: expectation {expectation}"):
             batch_gate.commit()
     else:
         batch_gate.commit()
