@@ -12,7 +12,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, Literal
@@ -265,7 +265,7 @@ class BatchGate:
             rows = offending.count()
             self.quarantined.append(_quarantine_rows(offending, table, outcome.check, self.txn))
             kept = without_rows(kept, offending, self.validator.suites[table].row_key)
-            final.append(Outcome(**{**outcome.__dict__, "quarantined": rows}))
+            final.append(replace(outcome, quarantined=rows))
         self.outcomes[table] = final
         return kept
 

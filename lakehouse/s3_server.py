@@ -22,9 +22,11 @@ from lakehouse.errors import LakehouseError
 
 # `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
+# With -admin.ui=false the admin component serves gRPC only: a reserved admin HTTP port
+# would stay unbound, free for any client socket to take and so for a restart to lose.
 _PORT_FLAGS = (
     "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
-    "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
+    "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port.grpc",
 )  # fmt: skip
 
 
@@ -86,7 +88,7 @@ class EmbeddedS3:
         ports = dict(zip(_PORT_FLAGS, free, strict=True))
         command = [
             _weed(), "mini", f"-dir={self.home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
+            "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-volume.preStopSeconds=0",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]  # fmt: skip

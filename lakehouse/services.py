@@ -26,12 +26,17 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie child of this process still answers kill(0); it is not a running service.
+    # An exited process answers kill(0) until its parent reaps it. Its main thread shows
+    # as a zombie before the other threads have exited and closed its sockets (seen with
+    # weed and the JVM), so it is gone only when it is a zombie of one thread: else a
+    # restart right after stop finds its ports taken.
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
+            fields = stat.read().rpartition(")")[2].split()
     except FileNotFoundError:
         return False
+    state, threads = fields[0], int(fields[17])
+    return not (state == "Z" and threads <= 1)
 
 
 def stop(pid_file: Path, timeout_s: float = 30.0) -> bool:
