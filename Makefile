@@ -39,6 +39,7 @@ bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python benchmarks/silver.py
 	$(BIN)/python benchmarks/quality.py
 
-clean: ## stop the embedded broker and delete local state (tables, checkpoints, broker data)
+clean: ## stop the embedded services and delete local state (tables, checkpoints, their data)
 	-$(LH) kafka stop
-	rm -rf .state/lake .state/kafka
+	-$(LH) s3 stop
+	rm -rf .state/lake .state/kafka .state/s3

@@ -23,6 +23,7 @@ CONTENT_TYPES = {
     ".woff": "font/woff",
     ".woff2": "font/woff2",
     ".ttf": "font/ttf",
+    ".otf": "font/otf",
 }
 
 

@@ -8,11 +8,13 @@ its own object store.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,12 +24,14 @@ from lakehouse.errors import LakehouseError
 
 # `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
-# With -admin.ui=false the admin component serves gRPC only: a reserved admin HTTP port
-# would stay unbound, free for any client socket to take and so for a restart to lose.
+# The admin HTTP port comes first: it gets the lowest port, see `_ports`.
 _PORT_FLAGS = (
-    "s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port",
-    "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port.grpc",
+    "admin.port", "s3.port", "s3.port.grpc", "master.port", "master.port.grpc",
+    "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
 )  # fmt: skip
+# weed's own maintenance workers dial the admin's gRPC at its HTTP port + 10000, whatever
+# -admin.port.grpc says.
+_ADMIN_GRPC_OFFSET = 10000
 
 
 @dataclass(frozen=True)
@@ -84,12 +88,15 @@ class EmbeddedS3:
 
     def _launch(self, timeout_s: float) -> str:
         (self.home / "data").mkdir(parents=True, exist_ok=True)
-        free = services.kept_ports(self.home / "ports", len(_PORT_FLAGS))
-        ports = dict(zip(_PORT_FLAGS, free, strict=True))
+        ports = self._ports()
         command = [
             _weed(), "mini", f"-dir={self.home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-volume.preStopSeconds=0",
+            "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
+            # As on AWS, a write to a missing bucket fails instead of creating it.
+            "-s3.autoCreateBucket=false",
+            # One volume server has no peers to hand over to: stop at once, not after 1s.
+            "-volume.preStopSeconds=0",
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]  # fmt: skip
         # weed mini takes the S3 identity from the standard AWS variables.
@@ -109,19 +116,42 @@ class EmbeddedS3:
                     f"S3 server exited with code {process.returncode} while starting; "
                     f"see {self.log_file}"
                 )
-            if self._serves(endpoint):
+            if self._serves(endpoint, ports["master.port"]):
                 (self.home / "endpoint").write_text(endpoint)
                 return endpoint
             time.sleep(0.25)
         self.stop()
         raise LakehouseError(f"S3 server not ready after {timeout_s:.0f}s; see {self.log_file}")
 
-    def _serves(self, endpoint: str) -> bool:
+    def _ports(self) -> dict[str, int]:
+        # A restarted server keeps its ports, so clients that know the endpoint find it
+        # again. The lowest one is the admin's, so that it + 10000 is a valid port too.
+        free = sorted(services.kept_ports(self.home / "ports", len(_PORT_FLAGS)))
+        ports = dict(zip(_PORT_FLAGS, free, strict=True))
+        ports["admin.port.grpc"] = ports["admin.port"] + _ADMIN_GRPC_OFFSET
+        return ports
+
+    def _serves(self, endpoint: str, master_port: int) -> bool:
+        """S3 answers, and the master knows a volume server with every volume on disk.
+
+        After a restart S3 answers before the volume server has reported its volumes,
+        and reads of existing objects fail with "volume not found" for seconds.
+        """
         try:
             self.client(endpoint).list_buckets()
+            url = f"http://127.0.0.1:{master_port}/dir/status"
+            with urllib.request.urlopen(url, timeout=2) as response:
+                topology = json.load(response)["Topology"]
         except Exception:
             return False
-        return True
+        nodes = [
+            node
+            for center in topology.get("DataCenters") or []
+            for rack in center.get("Racks") or []
+            for node in rack.get("DataNodes") or []
+        ]
+        on_disk = len(list((self.home / "data").glob("*.dat")))
+        return bool(nodes) and sum(node["Volumes"] for node in nodes) >= on_disk
 
 
 def _weed() -> str:

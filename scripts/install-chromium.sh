@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Debian's Chromium, for the test that renders the Data Docs site in a real browser.
-# Idempotent: does nothing when /usr/bin/chromium is there.
+# Debian's Chromium, for the tests that render published pages in a real browser.
+# Idempotent: installs only when /usr/bin/chromium is missing; prints one line either way.
 set -euo pipefail
+version() { /usr/bin/chromium --version 2>/dev/null; }  # the launcher warns on stderr
 if [ -x /usr/bin/chromium ]; then
+  echo "chromium: $(version) (already installed)"
   exit 0
 fi
 if [ "$(id -u)" -eq 0 ]; then
@@ -10,10 +12,9 @@ if [ "$(id -u)" -eq 0 ]; then
 elif command -v sudo >/dev/null; then
   sudo="sudo"
 else
-  echo "install-chromium: /usr/bin/chromium is missing and installing it needs root (apt-get install chromium)" >&2
+  echo "install-chromium: /usr/bin/chromium is missing and installing it needs root: run as root or install sudo (apt-get install chromium)" >&2
   exit 1
 fi
-echo "installing Debian's chromium (headless browser for the Data Docs test) ..."
-$sudo apt-get update -qq
+$sudo apt-get update -qq >/dev/null
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
-echo "chromium: $(/usr/bin/chromium --version)"
+echo "chromium: $(version) (installed)"

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from lakehouse import s3_client
 from lakehouse.errors import LakehouseError
 from lakehouse.publish import publish_site
 from lakehouse.s3_server import EmbeddedS3
+from tests.browser import render
+from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +115,61 @@ def test_a_restarted_server_keeps_its_endpoint_and_its_objects(
     assert after == before
     stored = client(s3).get_object(Bucket="reports", Key="kept/index.html")
     assert stored["Body"].read() == SITE["index.html"]
+
+
+def test_a_published_page_served_over_http_runs_its_script_in_a_browser(
+    s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    (site / "js").mkdir(parents=True)
+    (site / "index.html").write_text(
+        '<!doctype html><html><head><script src="js/fill.js" defer></script></head>'
+        '<body><p id="out">waiting</p></body></html>'
+    )
+    # The text exists only once the script has run: it is not in any file.
+    (site / "js" / "fill.js").write_text(
+        'document.getElementById("out").textContent = ["filled", "by", "script"].join("-");'
+    )
+    endpoint = s3.endpoint()
+    client(s3).create_bucket(Bucket="site")
+    publish_site(site, "s3://site/page", client(s3))
+    url = f"{endpoint}/site/page/index.html"
+    with pytest.raises(urllib.error.HTTPError) as anonymous:
+        urllib.request.urlopen(url, timeout=10)
+    assert anonymous.value.code == 403
+
+    # Served as a static website is: anonymous reads of the bucket's objects.
+    client(s3).put_bucket_policy(Bucket="site", Policy=json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"],
+                       "Resource": ["arn:aws:s3:::site/*"]}],
+    }))  # fmt: skip
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    screenshot = tmp_path / "page.png"
+    dom = render(url, screenshot)
+
+    assert '<p id="out">filled-by-script</p>' in dom
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_cli_starts_the_server_with_its_buckets_reports_it_and_stops_it(
+    tmp_path: Path,
+) -> None:
+    env = overrides(tmp_path, "127.0.0.1:1", "unused.")
+    settings = settings_for(tmp_path, "127.0.0.1:1", "unused.")
+    try:
+        started = run_lakehouse("s3", "start", "--bucket", "reports", "--bucket", "logs", env=env)
+        running = run_lakehouse("s3", "status", env=env)
+        buckets = s3_client.client(settings).list_buckets()["Buckets"]
+    finally:
+        stopped = run_lakehouse("s3", "stop", env=env)
+    after = run_lakehouse("s3", "status", env=env)
+
+    assert started.returncode == 0, started.stderr
+    assert running.returncode == 0 and running.stdout.startswith("running at http://127.0.0.1:")
+    assert {b["Name"] for b in buckets} == {"reports", "logs"}
+    assert stopped.stdout == "S3 server stopped\n"
+    assert (after.returncode, after.stdout) == (3, "not running\n")
+    with pytest.raises(LakehouseError, match="embedded S3 server is not running"):
+        s3_client.resolve_endpoint(settings)

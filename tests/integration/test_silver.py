@@ -96,8 +96,13 @@ def test_silver_equals_the_reference_for_any_split_into_micro_batches(
     faults: Counter[str],
 ) -> None:
     root = tmp_path_factory.mktemp("split")
+    # Reconstruction alone, batch by batch: validation is tested in test_quality*.py.
     s = settings_for(
-        root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger=str(files_per_batch)
+        root,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__max_files_per_trigger=str(files_per_batch),
+        quality__validate_streams="false",
     )
     records = kafka_records(small_spec(seed, dict(faults)))
     write_bronze(
@@ -168,6 +173,8 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
         "sensors.",
         silver__max_files_per_trigger="1",
         silver__trigger_interval="0 seconds",
+        # One file per batch makes many batches; validating each is tested elsewhere.
+        quality__validate_streams="false",
     )
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
     faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
