@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse import data_docs, quality
@@ -120,8 +120,8 @@ def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str
     results = spark.read.format("delta").load(path)
     lines = []
     checks = results.where("mode = 'check'")
-    latest = checks.groupBy("table_name").agg(F.max("validated_at").alias("validated_at"))
-    last_check = checks.join(latest, ["table_name", "validated_at"])
+    newest = F.max("validated_at").over(Window.partitionBy("table_name"))
+    last_check = checks.withColumn("newest", newest).where("validated_at = newest").drop("newest")
     tables = last_check.groupBy("table_name").agg(
         F.count("*").alias("total"),
         F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failed"),

@@ -241,6 +241,7 @@ def _run(args: argparse.Namespace) -> None:
 
 def _run_bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:
     from bronze import sensor_records
+    from lakehouse.quality import quarantine_counts
 
     stats = sensor_records.run(spark, settings, continuous=args.continuous)
     by_topic = sensor_records.rows_by_topic(spark, settings)
@@ -250,6 +251,9 @@ def _run_bronze(spark: SparkSession, settings: Settings, args: argparse.Namespac
     )
     for topic, count in by_topic.items():
         print(f"  {topic:<32} {count:>12,}")
+    quarantined = quarantine_counts(spark, settings.storage.root, sensor_records.NAME)
+    if quarantined:
+        print(f"  quarantined by its suite (bronze.quarantine): {_pairs(quarantined)}")
 
 
 def _run_silver(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:

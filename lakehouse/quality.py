@@ -69,7 +69,9 @@ class Outcome:
                 ("observed", self.observed_value),
                 ("quarantined", self.quarantined),
             )
+            # a query expectation observes its count of unexpected rows: say it once
             if value is not None
+            and not (label == "observed" and value == str(self.unexpected_count))
         )
 
     def describe(self) -> str:
@@ -387,3 +389,17 @@ def quarantined_rows(spark: SparkSession, root: str, table: str, schema: str) ->
         .select("expectation", F.from_json("row_json", schema).alias("row"))
         .select("row.*", "expectation")
     )
+
+
+def quarantine_counts(spark: SparkSession, root: str, table: str) -> dict[str, int]:
+    """Rows of `table` in its layer's quarantine, by the expectation that caught them."""
+    from delta.tables import DeltaTable
+
+    path = f"{root}/{table.split('.', 1)[0]}/{QUARANTINE_TABLE}"
+    if not DeltaTable.isDeltaTable(spark, path):
+        return {}
+    counts = (
+        spark.read.format("delta").load(path).where(F.col("table_name") == table)
+        .groupBy("expectation").count().collect()
+    )  # fmt: skip
+    return {row["expectation"]: row["count"] for row in sorted(counts)}
