@@ -15,7 +15,6 @@ from lakehouse import quality
 from lakehouse.kafka_source import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
-from lakehouse.suites import load_suites
 
 LAYER, TABLE = "bronze", "sensor_records"
 NAME = f"{LAYER}.{TABLE}"
@@ -91,13 +90,7 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
     check_reachable(bootstrap)
     path = settings.storage.table_uri(LAYER, TABLE)
     create_table(spark, path)
-    gate_for = quality.stream_gates(
-        spark,
-        load_suites(settings.quality.suites_dir, NAME),
-        settings.storage.root,
-        LAYER,
-        settings.quality.validate_streams,
-    )
+    gate_for = quality.stream_gates(spark, settings.quality, settings.storage.root, LAYER)
 
     def write(batch: DataFrame, txn: Txn) -> None:
         records = to_sensor_records(batch, txn.version)

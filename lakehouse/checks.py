@@ -64,7 +64,7 @@ def check_tables(
     run_id, checks = quality.new_run_id(), []
     for suite in suites:
         path = settings.storage.table_uri(*suite.table.split(".", 1))
-        if not _is_delta(spark, path):
+        if not quality.is_delta(spark, path):
             echo(f"  {suite.table:<28} not built yet, skipped ({path})")
             continue
         frame = spark.read.format("delta").load(path)
@@ -97,12 +97,6 @@ def check_tables(
     return checks
 
 
-def _is_delta(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
-
-
 def build_data_docs(settings: Settings) -> Path:
     """Render the Data Docs site from the stored check results; the path of its index."""
     context = gx_context(settings)
@@ -115,7 +109,7 @@ def build_data_docs(settings: Settings) -> Path:
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
     path = quality.results_uri(settings.storage.root)
-    if not _is_delta(spark, path):
+    if not quality.is_delta(spark, path):
         return ["no validation results yet: run a layer or `lakehouse check`"]
     results = spark.read.format("delta").load(path)
     lines = []

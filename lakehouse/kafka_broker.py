@@ -11,7 +11,6 @@ import base64
 import os
 import socket
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,29 +68,17 @@ class EmbeddedKafka:
         if not (self.home / "data" / "meta.properties").exists():
             self._java("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
                        "-c", str(properties))  # fmt: skip
-        with self.log_file.open("ab") as log:
-            process = subprocess.Popen(
-                self._java_command("kafka.Kafka", str(properties)),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C in a terminal must not take the broker down
-            )
-        (self.home / "broker.pid").write_text(str(process.pid))
         address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise LakehouseError(
-                    f"Kafka broker exited with code {process.returncode} while starting; "
-                    f"see {self.log_file}"
-                )
-            if _serves(address):
-                (self.home / "bootstrap").write_text(address)
-                return address
-            time.sleep(0.25)
-        self.stop()
-        raise LakehouseError(f"Kafka broker not ready after {timeout_s:.0f}s; see {self.log_file}")
+        services.launch(
+            "Kafka broker",
+            self._java_command("kafka.Kafka", str(properties)),
+            self.home / "broker.pid",
+            self.log_file,
+            lambda: _serves(address),
+            timeout_s,
+        )
+        (self.home / "bootstrap").write_text(address)
+        return address
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""

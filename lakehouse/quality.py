@@ -21,8 +21,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.errors import LakehouseError
+from lakehouse.settings import QualitySettings
 from lakehouse.streaming import Txn, append
-from lakehouse.suites import Check, Suite
+from lakehouse.suites import Check, Suite, load_suites
 
 RESULTS = ("quality", "expectation_results")
 RESULT_COLUMNS = """
@@ -195,13 +196,14 @@ def _outcomes(suite: Suite, results: list[Any]) -> list[Outcome]:
 
 
 def stream_gates(
-    spark: SparkSession, suites: Sequence[Suite], root: str, layer: str, enabled: bool
+    spark: SparkSession, settings: QualitySettings, root: str, layer: str
 ) -> Callable[[Txn], BatchGate]:
-    """A gate per micro-batch of a stream over `layer`; pass-through when not `enabled`."""
-    if not enabled:
+    """A gate per micro-batch of a stream over `layer`, with the layer's suites; a
+    pass-through when `quality.validate_streams` is off."""
+    if not settings.validate_streams:
         return lambda txn: BatchGate(None, root, layer, txn, "")
     create_tables(spark, root, [layer])
-    validator = Validator([s for s in suites if s.layer == layer])
+    validator = Validator(load_suites(settings.suites_dir, layer))
     run_id = new_run_id()
     return lambda txn: BatchGate(validator, root, layer, txn, run_id)
 
@@ -393,13 +395,17 @@ def quarantined_rows(spark: SparkSession, root: str, table: str, schema: str) ->
 
 def quarantine_counts(spark: SparkSession, root: str, table: str) -> dict[str, int]:
     """Rows of `table` in its layer's quarantine, by the expectation that caught them."""
-    from delta.tables import DeltaTable
-
     path = f"{root}/{table.split('.', 1)[0]}/{QUARANTINE_TABLE}"
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta(spark, path):
         return {}
     counts = (
         spark.read.format("delta").load(path).where(F.col("table_name") == table)
         .groupBy("expectation").count().collect()
     )  # fmt: skip
     return {row["expectation"]: row["count"] for row in sorted(counts)}
+
+
+def is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))

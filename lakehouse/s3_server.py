@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,26 +100,13 @@ class EmbeddedS3:
         # weed mini takes the S3 identity from the standard AWS variables.
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
                "AWS_SECRET_ACCESS_KEY": self.secret_key}  # fmt: skip
-        with self.log_file.open("ab") as log:
-            process = subprocess.Popen(
-                command, cwd=self.home, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-        (self.home / "server.pid").write_text(str(process.pid))
         endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise LakehouseError(
-                    f"S3 server exited with code {process.returncode} while starting; "
-                    f"see {self.log_file}"
-                )
-            if self._serves(endpoint, ports["master.port"]):
-                (self.home / "endpoint").write_text(endpoint)
-                return endpoint
-            time.sleep(0.25)
-        self.stop()
-        raise LakehouseError(f"S3 server not ready after {timeout_s:.0f}s; see {self.log_file}")
+        services.launch(
+            "S3 server", command, self.home / "server.pid", self.log_file,
+            lambda: self._serves(endpoint, ports["master.port"]), timeout_s, env,
+        )  # fmt: skip
+        (self.home / "endpoint").write_text(endpoint)
+        return endpoint
 
     def _ports(self) -> dict[str, int]:
         # A restarted server keeps its ports, so clients that know the endpoint find it

@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from lakehouse.errors import LakehouseError
 
 
 def running_pid(pid_file: Path) -> int | None:
@@ -84,3 +88,36 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def launch(
+    name: str,
+    command: list[str],
+    pid_file: Path,
+    log_file: Path,
+    ready: Callable[[], bool],
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Start `command` detached, its output in `log_file`, and wait until `ready()`.
+
+    A start that exits or stays unready past the timeout is one line naming the log.
+    """
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            command, cwd=pid_file.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal must not take the service down
+        )  # fmt: skip
+    pid_file.write_text(str(process.pid))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LakehouseError(
+                f"{name} exited with code {process.returncode} while starting; see {log_file}"
+            )
+        if ready():
+            return
+        time.sleep(0.25)
+    stop(pid_file)
+    raise LakehouseError(f"{name} not ready after {timeout_s:.0f}s; see {log_file}")

@@ -20,7 +20,6 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from lakehouse import quality
 from lakehouse.settings import Settings, SilverSettings
 from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
-from lakehouse.suites import load_suites
 from silver import row_changes, session_rows, sessions, state_transitions, tables, violations
 from silver.session_machine import (
     STATE_VERSION,
@@ -283,13 +282,7 @@ def run(
     keyed = key_records(bronze)
     outputs = reconstruct_sessions(keyed, settings.silver, trace)
 
-    gate_for = quality.stream_gates(
-        spark,
-        load_suites(settings.quality.suites_dir, LAYER),
-        settings.storage.root,
-        LAYER,
-        settings.quality.validate_streams,
-    )
+    gate_for = quality.stream_gates(spark, settings.quality, settings.storage.root, LAYER)
 
     def write(batch: DataFrame, txn: Txn) -> None:
         # Every table and every expectation reads the same outputs: computed once.
