@@ -49,6 +49,7 @@ def main() -> None:
                 environ={
                     "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
                     "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+                    "LAKEHOUSE__CATALOG__METASTORE": "none",
                     "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
                     "LAKEHOUSE__KAFKA__PARTITIONS": "4",
                 },
@@ -66,7 +67,7 @@ def main() -> None:
             )
             report = produce(spec, bootstrap, progress=True)
             print(report.to_text().splitlines()[0], flush=True)
-            spark = build_spark(settings.spark, app_name="bench-bronze")
+            spark = build_spark(settings, app_name="bench-bronze")
             print("warm-up run (not timed) ...", flush=True)
             time_noop(spark, settings, bootstrap, root / "warm-up")
             noop_runs, bronze_runs = [], []
@@ -75,6 +76,7 @@ def main() -> None:
                 lake = load_settings("local", environ={
                     "LAKEHOUSE__STORAGE__ROOT": str(root / f"lake-{attempt}"),
                     "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+                    "LAKEHOUSE__CATALOG__METASTORE": "none",
                     "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
                 })  # fmt: skip
                 started = time.perf_counter()

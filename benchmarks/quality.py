@@ -63,7 +63,7 @@ def main() -> None:
             records = produce(spec, bootstrap, progress=True).records
             small = replace(spec, sessions_per_sensor=args.silver_sessions, topic_prefix="small.")
             small_records = produce(small, bootstrap, progress=True).records
-            spark = build_spark(settings(root, bootstrap, True).spark, app_name="bench-quality")
+            spark = build_spark(settings(root, bootstrap, True), app_name="bench-quality")
 
             print("warm-up run (not timed) ...", flush=True)
             sensor_records.run(spark, settings(root / "warm-up", bootstrap, True, "small."))
@@ -98,6 +98,7 @@ def settings(root: Path, bootstrap: str, validate: bool, prefix: str = "sensors.
             "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
             "LAKEHOUSE__KAFKA__TOPIC_PREFIX": prefix,
             "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": str(validate).lower(),
+            "LAKEHOUSE__CATALOG__METASTORE": "none",
             "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
         },
     )

@@ -133,6 +133,7 @@ def ingest(
         environ={
             "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
             "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+            "LAKEHOUSE__CATALOG__METASTORE": "none",
             "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
             "LAKEHOUSE__KAFKA__TOPIC_PREFIX": prefix,
             "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
@@ -144,7 +145,7 @@ def ingest(
         flush=True,
     )
     produce(spec, bootstrap, progress=True)
-    spark = spark or build_spark(settings.spark, app_name="bench-silver")
+    spark = spark or build_spark(settings, app_name="bench-silver")
     sensor_records.run(spark, settings)
     return settings, spark
 
@@ -185,6 +186,7 @@ def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
         environ={
             "LAKEHOUSE__STORAGE__ROOT": str(root),
             "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+            "LAKEHOUSE__CATALOG__METASTORE": "none",
             "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": str(settings.silver.max_files_per_trigger),
         },
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import quality
+from lakehouse import catalog, quality
 from lakehouse.kafka_source import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
@@ -76,12 +76,11 @@ def create_table(spark: SparkSession, path: str) -> None:
     """Create the table if missing; append-only, so Delta itself refuses UPDATE and DELETE."""
     # File statistics only on the columns bronze is searched by: lineage and time. Min/max
     # of opaque key and value bytes would skip nothing.
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({COLUMNS}) USING delta TBLPROPERTIES ("
-        "'delta.appendOnly' = 'true', "
-        "'delta.dataSkippingStatsColumns' = "
-        "'topic,partition,offset,kafka_timestamp,ingested_at,batch_id')"
-    )
+    properties = {
+        "delta.appendOnly": "true",
+        "delta.dataSkippingStatsColumns": "topic,partition,offset,kafka_timestamp,ingested_at,batch_id",
+    }
+    catalog.create_table(spark, NAME, path, COLUMNS, properties)
 
 
 def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> RunStats:

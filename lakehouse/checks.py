@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse import data_docs, quality
+from lakehouse import catalog, data_docs, quality
 from lakehouse.quality import Outcome, Validator
 from lakehouse.settings import Settings
 from lakehouse.suites import Suite, load_suites
@@ -64,7 +64,7 @@ def check_tables(
     run_id, checks = quality.new_run_id(), []
     for suite in suites:
         path = settings.storage.table_uri(*suite.table.split(".", 1))
-        if not quality.is_delta(spark, path):
+        if not catalog.is_delta(spark, path):
             echo(f"  {suite.table:<28} not built yet, skipped ({path})")
             continue
         frame = spark.read.format("delta").load(path)
@@ -109,7 +109,7 @@ def build_data_docs(settings: Settings) -> Path:
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
     path = quality.results_uri(settings.storage.root)
-    if not quality.is_delta(spark, path):
+    if not catalog.is_delta(spark, path):
         return ["no validation results yet: run a layer or `lakehouse check`"]
     results = spark.read.format("delta").load(path)
     lines = []

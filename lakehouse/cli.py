@@ -54,6 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     kafka.add_argument("action", choices=("start", "stop", "status"))
     kafka.set_defaults(handler=_kafka)
 
+    catalog = commands.add_parser(
+        "catalog",
+        help="the embedded metastore on 127.0.0.1 that names every table (bronze.*, silver.*, gold.*)",
+        description="start|stop|status: the embedded metastore (a Derby network server) that "
+        "every job, `lakehouse sql` and the SQL server share. register: name every Delta "
+        "table under the storage root in the catalog (jobs register their own tables).",
+    )
+    catalog.add_argument("action", choices=("start", "stop", "status", "register"))
+    catalog.set_defaults(handler=_catalog)
+
     s3 = commands.add_parser(
         "s3", help="the embedded S3 server (SeaweedFS) on 127.0.0.1, for reports and tests"
     )
@@ -92,8 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     produce.add_argument("--json", action="store_true", help="print the report as JSON")
     produce.set_defaults(handler=_produce)
 
-    run = commands.add_parser("run", help="run a layer's job")
-    run.add_argument("layer", choices=("bronze", "silver"))
+    run = commands.add_parser(
+        "run",
+        help="run a layer's job",
+        description="bronze and silver are streams: they process what is there now and stop, "
+        "or keep running with --continuous. gold runs its models (gold/*.py) in dependency "
+        "order, each incrementally: only the keys that silver changes since the model's last "
+        "run touch are recomputed.",
+    )
+    run.add_argument("layer", choices=("bronze", "silver", "gold"))
     run.add_argument(
         "--continuous",
         action="store_true",
@@ -107,6 +124,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SESSION[,SESSION...]",
         help="silver: write every state transition of these sessions (all when no list is "
         "given) to silver.state_transitions",
+    )
+    run.add_argument(
+        "--select",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="gold: only these models; `name+` adds what is downstream of it, `+name` what is "
+        "upstream (e.g. --select sensor_hourly+)",
+    )
+    run.add_argument(
+        "--full-refresh",
+        action="store_true",
+        help="gold: rebuild the selected models from their inputs instead of incrementally",
     )
     run.set_defaults(handler=_run)
 
@@ -160,8 +190,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _setup(args: argparse.Namespace) -> None:
     from lakehouse import data_docs, jars
 
+    from lakehouse import metastore
+
     jars.resolve(force=args.force)
     print(f"JVM jars ready in {jars.JARS_DIR}")
+    print(f"metastore schema ready in {metastore.create_template(force=args.force)}")
     print(f"Data Docs scripts and styles ready in {data_docs.fetch_assets(force=args.force)}")
 
 
@@ -177,6 +210,30 @@ def _kafka(args: argparse.Namespace) -> int:
         address = broker.bootstrap()
         print(f"running at {address}" if address else "not running")
         return 0 if address else 3
+    return 0
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from lakehouse.metastore import EmbeddedMetastore
+
+    settings = _settings(args)
+    if args.action == "register":
+        from lakehouse.catalog import register_lake
+        from lakehouse.spark import build_spark
+
+        spark = build_spark(settings, app_name="lakehouse-catalog")
+        names = register_lake(spark, settings.storage.root)
+        print(f"{len(names)} tables registered: {', '.join(names) or 'none yet'}")
+        return 0
+    server = EmbeddedMetastore.under(settings.storage.local_state_dir)
+    if args.action == "start":
+        print(f"metastore ready at {server.start()} (log: {server.log_file})")
+    elif args.action == "stop":
+        print("metastore stopped" if server.stop() else "metastore was not running")
+    else:
+        url = server.url()
+        print(f"running at {url}" if url else "not running")
+        return 0 if url else 3
     return 0
 
 
@@ -232,11 +289,17 @@ def _run(args: argparse.Namespace) -> None:
     from lakehouse.spark import build_spark
 
     settings = _settings(args)
-    spark = build_spark(settings.spark, app_name=f"lakehouse-{args.layer}")
+    if args.layer != "gold" and (args.select or args.full_refresh):
+        raise LakehouseError("--select and --full-refresh apply to `run gold` only")
+    if args.layer == "gold" and (args.continuous or args.trace is not None):
+        raise LakehouseError("gold is a batch job: --continuous and --trace do not apply")
+    spark = build_spark(settings, app_name=f"lakehouse-{args.layer}")
     if args.layer == "bronze":
         _run_bronze(spark, settings, args)
-    else:
+    elif args.layer == "silver":
         _run_silver(spark, settings, args)
+    else:
+        _run_gold(spark, settings, args)
 
 
 def _run_bronze(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:
@@ -270,6 +333,17 @@ def _run_silver(spark: SparkSession, settings: Settings, args: argparse.Namespac
     print(f"  violations by reason: {_pairs(by_reason) or 'none'}")
 
 
+def _run_gold(spark: SparkSession, settings: Settings, args: argparse.Namespace) -> None:
+    from gold.models import MODELS
+    from lakehouse.models import run_models, select
+
+    models = select(MODELS, args.select)
+    runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
+    modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
+    print(f"gold: {len(runs)} models ({_pairs({k: v for k, v in modes.items() if v})}), "
+          f"{sum(r.seconds for r in runs):.1f}s")  # fmt: skip
+
+
 def _inspect(args: argparse.Namespace) -> None:
     from pyspark.sql import functions as F
 
@@ -277,7 +351,7 @@ def _inspect(args: argparse.Namespace) -> None:
     from silver import reconstruct
 
     settings = _settings(args)
-    spark = build_spark(settings.spark, app_name="lakehouse-inspect")
+    spark = build_spark(settings, app_name="lakehouse-inspect")
     try:
         state = reconstruct.live_state(spark, settings)
         if args.session:
@@ -299,7 +373,7 @@ def _check(args: argparse.Namespace) -> int:
     from lakehouse.spark import build_spark
 
     settings = _settings(args)
-    spark = build_spark(settings.spark, app_name="lakehouse-check")
+    spark = build_spark(settings, app_name="lakehouse-check")
     print(f"checking {args.select or 'every table'} against {settings.quality.suites_dir}")
     checks = check_tables(spark, settings, args.select, args.since)
     blocking = [c.suite.table for c in checks if c.blocking]
@@ -317,7 +391,7 @@ def _report(args: argparse.Namespace) -> None:
     from lakehouse.spark import build_spark
 
     settings = _settings(args)
-    spark = build_spark(settings.spark, app_name="lakehouse-report")
+    spark = build_spark(settings, app_name="lakehouse-report")
     index = build_data_docs(settings)
     for line in summary(spark, settings):
         print(line)

@@ -18,7 +18,7 @@ from lakehouse.errors import LakehouseError
 
 POM = PROJECT_ROOT / "jvm" / "pom.xml"
 JARS_DIR = PROJECT_ROOT / ".state" / "jars"
-CLASSPATHS = ("spark", "kafka")
+CLASSPATHS = ("spark", "kafka", "catalog")
 
 _VERSION_SUFFIX = re.compile(r"-\d[^/]*\.jar$")
 

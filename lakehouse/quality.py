@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import catalog
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import QualitySettings
 from lakehouse.streaming import Txn, append
@@ -81,14 +82,12 @@ class Outcome:
 
 
 def create_tables(spark: SparkSession, root: str, layers: Sequence[str]) -> None:
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS delta.`{results_uri(root)}` ({RESULT_COLUMNS}) USING delta"
-    )
+    catalog.create_table(spark, ".".join(RESULTS), results_uri(root), RESULT_COLUMNS)
     for layer in layers:
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{root}/{layer}/{QUARANTINE_TABLE}` "
-            f"({QUARANTINE_COLUMNS}) USING delta"
-        )
+        catalog.create_table(
+            spark, f"{layer}.{QUARANTINE_TABLE}", f"{root}/{layer}/{QUARANTINE_TABLE}",
+            QUARANTINE_COLUMNS,
+        )  # fmt: skip
 
 
 def results_uri(root: str) -> str:
@@ -396,16 +395,10 @@ def quarantined_rows(spark: SparkSession, root: str, table: str, schema: str) ->
 def quarantine_counts(spark: SparkSession, root: str, table: str) -> dict[str, int]:
     """Rows of `table` in its layer's quarantine, by the expectation that caught them."""
     path = f"{root}/{table.split('.', 1)[0]}/{QUARANTINE_TABLE}"
-    if not is_delta(spark, path):
+    if not catalog.is_delta(spark, path):
         return {}
     counts = (
         spark.read.format("delta").load(path).where(F.col("table_name") == table)
         .groupBy("expectation").count().collect()
     )  # fmt: skip
     return {row["expectation"]: row["count"] for row in sorted(counts)}
-
-
-def is_delta(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))

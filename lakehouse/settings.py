@@ -139,14 +139,34 @@ class QualitySettings:
 
 
 @dataclass(frozen=True)
+class CatalogSettings:
+    metastore: str
+    """Where table names live: `embedded` (the Derby-backed metastore of `lakehouse catalog
+    start`), `thrift://host:9083` (a Hive metastore service), `jdbc:…` (a metastore
+    database; driver and credentials as spark.hadoop.javax.jdo.option.* in spark.conf), or
+    `none` (names live only as long as one application)."""
+
+
+@dataclass(frozen=True)
+class CompactSettings:
+    vacuum_retention_hours: float
+    """VACUUM deletes unreferenced files older than this; it must exceed the lag of the
+    slowest reader of a table (checked before each VACUUM)."""
+    min_retention_hours: float
+    """Floor under any retention: files of a write still in flight must survive it."""
+
+
+@dataclass(frozen=True)
 class Settings:
     target: str
     spark: SparkSettings
     storage: StorageSettings
     kafka: KafkaSettings
     s3: S3Settings
+    catalog: CatalogSettings
     bronze: BronzeSettings
     silver: SilverSettings
+    compact: CompactSettings
     quality: QualitySettings
 
 

@@ -1,4 +1,5 @@
-"""The one place a SparkSession is built: Delta, the Kafka connector and RocksDB state."""
+"""The one place a SparkSession is built: Delta, the Kafka connector, RocksDB state and the
+shared catalog."""
 
 from __future__ import annotations
 
@@ -9,46 +10,93 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakehouse import jars
-from lakehouse.settings import SparkSettings
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import EMBEDDED, Settings
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
-def build_spark(settings: SparkSettings, app_name: str | None = None) -> SparkSession:
-    """A session with the project's pinned jars; `getOrCreate` reuses one in this process."""
-    builder = (
-        SparkSession.builder.master(settings.master)
-        .appName(app_name or settings.app_name)
-        .config("spark.jars", ",".join(str(j) for j in jars.jars("spark")))
-        .config("spark.driver.memory", settings.driver_memory)
-        .config(
-            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
-        )
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        )
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+def build_spark(
+    settings: Settings, app_name: str | None = None, extra: dict[str, str] | None = None
+) -> SparkSession:
+    """A session with the project's pinned jars and catalog; `getOrCreate` reuses one in this
+    process. `extra` adds spark.* properties a command needs (the SQL server's port)."""
+    spark_settings = settings.spark
+    conf = {
+        "spark.jars": ",".join(str(j) for j in jars.jars("spark")),
+        "spark.driver.memory": spark_settings.driver_memory,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
         # RocksDB keeps large session state off the JVM heap, and the transformWithState
         # family refuses any other provider; it cannot be changed on an existing checkpoint.
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
+        "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.session.timeZone", "UTC")
+        "spark.sql.session.timeZone": "UTC",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
-        .config("spark.ui.showConsoleProgress", "false")
+        "spark.ui.showConsoleProgress": "false",
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
-        .config("spark.executorEnv.PYTHONWARNINGS", "ignore::FutureWarning")
+        "spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning",
+        **catalog_conf(settings),
+        **spark_settings.conf,
+        **(extra or {}),
+    }  # fmt: skip
+    builder = SparkSession.builder.master(spark_settings.master).appName(
+        app_name or spark_settings.app_name
     )
-    for key, value in settings.conf.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
     os.environ.setdefault(
-        "PYSPARK_PYTHON", settings.conf.get("spark.pyspark.python", sys.executable)
+        "PYSPARK_PYTHON", spark_settings.conf.get("spark.pyspark.python", sys.executable)
     )
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.log_level)
+    spark.sparkContext.setLogLevel(spark_settings.log_level)
     return spark
+
+
+def catalog_conf(settings: Settings) -> dict[str, str]:
+    """Spark properties that put the session on the shared catalog of `catalog.metastore`."""
+    metastore = settings.catalog.metastore
+    if metastore == "none":
+        return {"spark.sql.catalogImplementation": "in-memory"}
+    conf = {
+        "spark.sql.catalogImplementation": "hive",
+        # Databases are created without a location; keep their folders inside the lake.
+        "spark.sql.warehouse.dir": f"{settings.storage.root}/_warehouse",
+    }
+    if metastore.startswith("thrift://"):
+        return {**conf, "spark.hadoop.hive.metastore.uris": metastore}
+    if metastore == EMBEDDED:
+        from lakehouse.metastore import EmbeddedMetastore
+
+        home = EmbeddedMetastore.under(settings.storage.local_state_dir)
+        url = home.url()
+        if url is None:
+            raise LakehouseError(
+                f"the embedded catalog is not running (no metastore in {home.home}): "
+                "run `lakehouse catalog start`"
+            )
+        metastore = url
+    if not metastore.startswith("jdbc:"):
+        raise LakehouseError(
+            f"catalog.metastore {metastore!r} is none of embedded, none, thrift://…, jdbc:…"
+        )
+    conf.update(
+        {
+            "spark.hadoop.javax.jdo.option.ConnectionURL": metastore,
+            # The schema exists (lakehouse setup made it, or the metastore's owner did);
+            # creating or validating it from every application takes a minute.
+            "spark.hadoop.datanucleus.schema.autoCreateAll": "false",
+            "spark.hadoop.hive.metastore.schema.verification": "false",
+        }
+    )
+    if metastore.startswith("jdbc:derby://"):
+        from lakehouse.metastore import CLIENT_DRIVER, client_classpath
+
+        conf["spark.hadoop.javax.jdo.option.ConnectionDriverName"] = CLIENT_DRIVER
+        conf["spark.driver.extraClassPath"] = client_classpath()
+    return conf

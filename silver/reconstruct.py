@@ -257,9 +257,15 @@ def to_frame(out: Output, session: SessionState) -> pd.DataFrame:
     return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
 
 
+# Gold reads these incrementally. session_rows, merged row by row every batch, would pay
+# for a change feed that nothing reads.
+CHANGE_FEED_TABLES = ("row_changes", "sessions", "violations")
+
+
 def create_tables(spark: SparkSession, settings: Settings) -> None:
     for table, module in TABLES.items():
-        tables.create(spark, settings.storage.table_uri(LAYER, table), module.COLUMNS)
+        path = settings.storage.table_uri(LAYER, table)
+        tables.create(spark, module.NAME, path, module.COLUMNS, table in CHANGE_FEED_TABLES)
 
 
 def run(

@@ -7,14 +7,21 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from lakehouse import catalog
 from lakehouse.streaming import Txn
 
 LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL"
 
 
-def create(spark: SparkSession, path: str, columns: str) -> None:
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS delta.`{path}` ({columns}, {LINEAGE_COLUMNS}) USING delta"
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+"""Gold reads a table's changes since its last run from Delta's change data feed."""
+
+
+def create(
+    spark: SparkSession, name: str, path: str, columns: str, change_feed: bool = False
+) -> None:
+    catalog.create_table(
+        spark, name, path, f"{columns}, {LINEAGE_COLUMNS}", CHANGE_FEED if change_feed else {}
     )
 
 

@@ -1,15 +1,17 @@
-"""Shared fixtures: one real Kafka broker and one Spark session per test session."""
+"""Shared fixtures: one real Kafka broker, one metastore and one Spark session per test run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse.kafka_broker import EmbeddedKafka
+from lakehouse.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
-from tests.support import settings_for
+from tests.support import METASTORE_ENV, settings_for
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +25,23 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real metastore on 127.0.0.1 that every Spark application of the run shares: this
+    process's and those of the CLI runs (through the environment they inherit)."""
+    server = EmbeddedMetastore(tmp_path_factory.mktemp("catalog"))
+    url = server.start()
+    os.environ[METASTORE_ENV] = url
+    try:
+        yield url
+    finally:
+        os.environ.pop(METASTORE_ENV, None)
+        server.stop()
+
+
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory, metastore: str) -> Iterator[SparkSession]:
     settings = settings_for(tmp_path_factory.mktemp("lake"), "127.0.0.1:1", "unused.")
-    session = build_spark(settings.spark, app_name="lakehouse-tests")
+    session = build_spark(settings, app_name="lakehouse-tests")
     yield session
     session.stop()

@@ -10,6 +10,9 @@ from pathlib import Path
 from lakehouse import PROJECT_ROOT
 from lakehouse.settings import Settings, load_settings
 
+METASTORE_ENV = "LAKEHOUSE__CATALOG__METASTORE"
+"""Set by the `metastore` fixture for the whole run: every test shares its catalog."""
+
 
 def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str) -> dict[str, str]:
     """Environment variables that isolate a run; `keys` like bronze__trigger_interval="1 second"."""
@@ -23,6 +26,8 @@ def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str
         "LAKEHOUSE__SPARK__MASTER": "local[2]",
         "LAKEHOUSE__SPARK__SHUFFLE_PARTITIONS": "2",
     }
+    if METASTORE_ENV in os.environ:
+        env[METASTORE_ENV] = os.environ[METASTORE_ENV]
     env.update({f"LAKEHOUSE__{k.upper()}": v for k, v in keys.items()})
     return env
 

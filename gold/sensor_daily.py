@@ -1,0 +1,69 @@
+"""gold.sensor_daily: one row per sensor per day, downsampled from `gold.sensor_hourly`."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from gold import sensor_hourly
+from lakehouse.models import Model, Tables
+
+NAME = "gold.sensor_daily"
+KEY = ("sensor_id", "day")
+METRICS = sensor_hourly.METRICS
+COLUMNS = (
+    "sensor_id STRING NOT NULL, day DATE NOT NULL, hours_active BIGINT NOT NULL, sessions_active BIGINT NOT NULL, "
+    + ", ".join(
+        f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
+        for m in METRICS
+    )
+    + ", updates BIGINT NOT NULL"
+)
+
+
+def sensor_daily(hourly: DataFrame) -> DataFrame:
+    """One row per sensor per day of `gold.sensor_hourly` rows.
+
+    Means are weighted by the hours' readings; sessions are counted from the hours'
+    session lists, since a session active in two hours is one session of the day.
+    """
+    return hourly.groupBy("sensor_id", F.to_date("hour").alias("day")).agg(
+        F.count("*").alias("hours_active"),
+        F.size(F.array_distinct(F.flatten(F.collect_list("session_ids")))).alias("sessions_active"),
+        *[
+            agg
+            for m in METRICS
+            for agg in (
+                F.min(f"{m}_min").alias(f"{m}_min"),
+                (F.sum(F.col(f"{m}_mean") * F.col(f"{m}_readings")) / F.sum(f"{m}_readings")).alias(
+                    f"{m}_mean"
+                ),
+                F.max(f"{m}_max").alias(f"{m}_max"),
+                F.sum(f"{m}_readings").alias(f"{m}_readings"),
+            )
+        ],
+        F.sum("updates").alias("updates"),
+    )
+
+
+def changed_days(hourly_changes: DataFrame) -> DataFrame:
+    """The (sensor, day) of every changed hour."""
+    return hourly_changes.select("sensor_id", F.to_date("hour").alias("day"))
+
+
+def of_days(tables: Tables, days: DataFrame) -> dict[str, DataFrame]:
+    """`gold.sensor_hourly` cut down to the given (sensor, day) keys."""
+    hourly = tables[sensor_hourly.NAME].withColumn("day", F.to_date("hour"))
+    return {sensor_hourly.NAME: hourly.join(days, list(KEY), "left_semi").drop("day")}
+
+
+MODEL = Model(
+    name=NAME,
+    reads=(sensor_hourly.NAME,),
+    key=KEY,
+    columns=COLUMNS,
+    cluster_by=KEY,
+    build=lambda tables: sensor_daily(tables[sensor_hourly.NAME]),
+    changed_keys=lambda changes: changed_days(changes[sensor_hourly.NAME]),
+    narrow=of_days,
+)

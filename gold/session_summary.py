@@ -1,0 +1,76 @@
+"""gold.session_summary: one row per capture session, with the Kafka lineage of its ends.
+
+From `silver.sessions` (status, counters, times, lineage) and `silver.violations` (how
+many of its records were rejected, counted from the rejections themselves).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakehouse.models import Model, Tables
+from silver import sessions, violations
+
+NAME = "gold.session_summary"
+KEY = ("session_id",)
+COLUMNS = """
+    session_id STRING NOT NULL, sensor_id STRING, status STRING NOT NULL,
+    started_at TIMESTAMP, ended_at TIMESTAMP, duration_seconds DOUBLE,
+    records BIGINT NOT NULL, snapshots BIGINT NOT NULL, updates BIGINT NOT NULL,
+    final_rows BIGINT NOT NULL, gaps BIGINT NOT NULL, violations BIGINT NOT NULL,
+    first_seq BIGINT, last_seq BIGINT,
+    first_topic STRING, first_partition INT, first_offset BIGINT,
+    last_topic STRING, last_partition INT, last_offset BIGINT
+"""
+
+
+def session_summary(silver_sessions: DataFrame, silver_violations: DataFrame) -> DataFrame:
+    """One row per session of `silver.sessions`.
+
+    `started_at`/`ended_at` are the event times of its first and last accepted records;
+    `final_rows` the rows of its reconstructed table now; `violations` its rejected
+    records; `first_*`/`last_*` the Kafka lineage of its first and latest records.
+    """
+    rejected = (
+        silver_violations.where(F.col("session_id").isNotNull())
+        .groupBy("session_id")
+        .agg(F.count("*").alias("violations"))
+    )
+    started, ended = F.col("first_event_time"), F.col("last_event_time")
+    return silver_sessions.join(rejected, "session_id", "left").select(
+        "session_id", "sensor_id", "status",
+        started.alias("started_at"), ended.alias("ended_at"),
+        ((F.unix_micros(ended) - F.unix_micros(started)) / 1e6).alias("duration_seconds"),
+        "records", "snapshots", "updates", F.col("table_rows").alias("final_rows"), "gaps",
+        F.coalesce("violations", F.lit(0)).cast("bigint").alias("violations"),
+        "first_seq", "last_seq", "first_topic", "first_partition", "first_offset",
+        F.col("topic").alias("last_topic"), F.col("partition").alias("last_partition"),
+        F.col("offset").alias("last_offset"),
+    )  # fmt: skip
+
+
+def changed_sessions(changes: Tables) -> DataFrame:
+    """Every session with a changed summary or a new violation."""
+    return (
+        changes[sessions.NAME].select("session_id")
+        .unionByName(changes[violations.NAME].select("session_id"))
+        .where(F.col("session_id").isNotNull())
+    )  # fmt: skip
+
+
+def of_sessions(tables: Tables, keys: DataFrame) -> dict[str, DataFrame]:
+    """Both inputs cut down to the given sessions."""
+    return {name: tables[name].join(keys, "session_id", "left_semi") for name in MODEL.reads}
+
+
+MODEL = Model(
+    name=NAME,
+    reads=(sessions.NAME, violations.NAME),
+    key=KEY,
+    columns=COLUMNS,
+    cluster_by=("sensor_id", "started_at"),
+    build=lambda tables: session_summary(tables[sessions.NAME], tables[violations.NAME]),
+    changed_keys=changed_sessions,
+    narrow=of_sessions,
+)

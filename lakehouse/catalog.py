@@ -1,0 +1,118 @@
+"""Tables by name: every Delta table under the storage root, registered in the catalog.
+
+A table's data and log live at `<root>/<layer>/<table>`; the catalog only maps the name
+`<layer>.<table>` to that location (an external table), so dropping a name never drops
+data. The settings decide where a table is: when the catalog names another location (the
+root moved), the name is pointed at the settings' one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from pyspark.sql import SparkSession
+
+LAYERS = ("bronze", "silver", "gold", "quality")
+"""The databases: one per layer, plus the quality results."""
+
+
+def create_table(
+    spark: SparkSession,
+    name: str,
+    location: str,
+    columns: str,
+    properties: Mapping[str, str] | None = None,
+    cluster_by: Sequence[str] = (),
+) -> None:
+    """Create the Delta table `name` at `location` unless it exists, and register it.
+
+    `properties` are also set on a table that exists without them, so that a property
+    added to the code (the change data feed) reaches tables made before it.
+    """
+    properties = dict(properties or {})
+    if not is_delta(spark, location):
+        clauses = f" CLUSTER BY ({', '.join(cluster_by)})" if cluster_by else ""
+        if properties:
+            clauses += f" TBLPROPERTIES ({_pairs(properties)})"
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({columns}) USING delta{clauses}")
+    else:
+        current = _properties(spark, location)
+        missing = {k: v for k, v in properties.items() if current.get(k) != v}
+        if missing:
+            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
+    register(spark, name, location)
+
+
+def register(
+    spark: SparkSession, name: str, location: str, echo: Callable[[str], None] = print
+) -> None:
+    """Make `name` (`<layer>.<table>`) name the Delta table at `location`."""
+    layer = name.split(".", 1)[0]
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
+    registered = location_of(spark, name)
+    if registered is not None and _same(registered, location):
+        return
+    if registered is not None:
+        # An external table: dropping the name leaves the data where it is.
+        echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
+
+
+def register_lake(spark: SparkSession, root: str) -> list[str]:
+    """Register every Delta table found at `<root>/<layer>/<table>`; the names, sorted."""
+    names = []
+    for layer in LAYERS:
+        for table in _folders(spark, f"{root}/{layer}"):
+            location = f"{root}/{layer}/{table}"
+            if is_delta(spark, location):
+                register(spark, f"{layer}.{table}", location)
+                names.append(f"{layer}.{table}")
+    return sorted(names)
+
+
+def location_of(spark: SparkSession, name: str) -> str | None:
+    """Where the catalog says `name` is, or None when it names nothing."""
+    if not spark.catalog.tableExists(name):
+        return None
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    return next((r.data_type for r in rows if r.col_name == "Location"), None)
+
+
+def is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _properties(spark: SparkSession, location: str) -> dict[str, str]:
+    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{location}`").collect()
+    return {r.key: r.value for r in rows}
+
+
+def _folders(spark: SparkSession, uri: str) -> Iterable[str]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(path):
+        return []
+    return sorted(
+        s.getPath().getName()
+        for s in fs.listStatus(path)
+        if s.isDirectory() and not s.getPath().getName().startswith(("_", "."))
+    )
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two URIs name one place: the catalog writes `file:/x` for `file:///x`."""
+
+    def norm(uri: str) -> str:
+        return re.sub(r"^file:/+", "file:///", uri).rstrip("/")
+
+    return norm(a) == norm(b)
+
+
+def _pairs(properties: Mapping[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())

@@ -1,0 +1,303 @@
+"""Batch models (gold): declared inputs, dependency order, selection, incremental runs.
+
+A `Model` is a table computed from other tables. It declares what it reads, its grain
+(`key`), and three pure functions: how to build it from its inputs, which keys a set of
+input changes touches, and how to narrow the inputs to those keys. The runner then does
+what dbt's incremental models do, with Delta's versions as the bookmark:
+
+- a full refresh builds the whole table from its inputs as of pinned versions;
+- an incremental run reads each input's change data feed since the versions the last
+  run recorded, recomputes exactly the keys those changes touch from the inputs as of
+  the new versions, and MERGEs them. Recomputing whole keys, never adding deltas, is what
+  makes the result equal a full refresh (late records included) and a rerun after a
+  crash harmless.
+
+Every run appends a row to `gold.model_runs` with the versions it processed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import catalog
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import StorageSettings
+
+RUNS = "gold.model_runs"
+RUN_COLUMNS = """
+    run_id STRING NOT NULL, model STRING NOT NULL, mode STRING NOT NULL,
+    source_versions MAP<STRING, BIGINT> NOT NULL, source_ids MAP<STRING, STRING> NOT NULL,
+    changed_keys BIGINT, rows_written BIGINT NOT NULL, started_at TIMESTAMP NOT NULL,
+    seconds DOUBLE NOT NULL
+"""
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+
+Tables = Mapping[str, DataFrame]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A table computed from `reads`; one row per `key`."""
+
+    name: str
+    reads: tuple[str, ...]
+    key: tuple[str, ...]
+    columns: str
+    cluster_by: tuple[str, ...]
+    build: Callable[[Tables], DataFrame]
+    """The rows of the table from its inputs (pure)."""
+    changed_keys: Callable[[Tables], DataFrame]
+    """The keys whose rows the given input changes (change data feed rows) touch."""
+    narrow: Callable[[Tables, DataFrame], dict[str, DataFrame]]
+    """The inputs cut down to what the given keys' rows are computed from."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """An input table as a run sees it: one pinned version of one table."""
+
+    name: str
+    location: str
+    version: int
+    table_id: str
+
+
+@dataclass
+class ModelRun:
+    model: str
+    mode: str
+    """`full`, `incremental`, or `unchanged` (no input changed since the last run)."""
+    reason: str = ""
+    changed_keys: int | None = None
+    rows_written: int = 0
+    seconds: float = 0.0
+    sources: dict[str, Source] = field(default_factory=dict)
+
+
+def dependency_order(models: Iterable[Model]) -> list[Model]:
+    """Models so that each comes after the models it reads; ties by name."""
+    pending = {m.name: m for m in models}
+    ordered: list[Model] = []
+    while pending:
+        ready = sorted(n for n, m in pending.items() if not set(m.reads) & set(pending))
+        if not ready:
+            raise LakehouseError(f"models read each other in a cycle: {sorted(pending)}")
+        ordered += [pending.pop(n) for n in ready]
+    return ordered
+
+
+def select(models: Sequence[Model], selectors: Sequence[str]) -> list[Model]:
+    """The models named by `selectors` in dependency order: `name` alone, `name+` with every
+    model downstream of it, `+name` with every model upstream. `gold.` may be left out."""
+    if not selectors:
+        return dependency_order(models)
+    by_name = {m.name: m for m in models}
+    chosen: set[str] = set()
+    for selector in selectors:
+        name = selector.strip("+")
+        name = name if "." in name else f"gold.{name}"
+        if name not in by_name:
+            known = ", ".join(m.name.split(".", 1)[1] for m in dependency_order(models))
+            raise LakehouseError(f"--select {selector!r}: no model {name} (models: {known})")
+        chosen.add(name)
+        if selector.endswith("+"):
+            chosen |= _reachable(
+                name, {m.name: {n.name for n in models if m.name in n.reads} for m in models}
+            )
+        if selector.startswith("+"):
+            chosen |= _reachable(name, {m.name: set(m.reads) & set(by_name) for m in models})
+    return [m for m in dependency_order(models) if m.name in chosen]
+
+
+def _reachable(start: str, edges: Mapping[str, set[str]]) -> set[str]:
+    seen, stack = set(), [start]
+    while stack:
+        for nxt in edges.get(stack.pop(), set()) - seen:
+            seen.add(nxt)
+            stack.append(nxt)
+    return seen
+
+
+def run_models(
+    spark: SparkSession,
+    storage: StorageSettings,
+    models: Sequence[Model],
+    full_refresh: bool = False,
+    echo: Callable[[str], None] = print,
+) -> list[ModelRun]:
+    """Run `models` (already in dependency order), each incrementally unless it cannot be."""
+    catalog.create_table(spark, RUNS, location(storage, RUNS), RUN_COLUMNS)
+    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    runs = []
+    for model in models:
+        echo(f"{model.name}: reading {', '.join(model.reads)} ...")
+        run = run_model(spark, storage, model, full_refresh)
+        _record(spark, storage, run_id, run)
+        detail = f", {run.changed_keys:,} keys changed" if run.changed_keys is not None else ""
+        echo(
+            f"{model.name}: {run.mode}{' (' + run.reason + ')' if run.reason else ''}{detail}, "
+            f"{run.rows_written:,} rows written ({run.seconds:.1f}s)"
+        )
+        runs.append(run)
+    return runs
+
+
+def run_model(
+    spark: SparkSession, storage: StorageSettings, model: Model, full_refresh: bool = False
+) -> ModelRun:
+    started = time.monotonic()
+    target = location(storage, model.name)
+    sources = {name: pin(spark, name, location(storage, name)) for name in model.reads}
+    tables = {
+        name: spark.read.format("delta").option("versionAsOf", s.version).load(s.location)
+        for name, s in sources.items()
+    }
+    catalog.create_table(spark, model.name, target, model.columns, CHANGE_FEED, model.cluster_by)
+    last = None if full_refresh else last_versions(spark, storage, model.name)
+    reason = "--full-refresh" if full_refresh else _why_full(last, sources)
+    run = ModelRun(model.name, "full", reason, sources=sources)
+    if not reason:
+        assert last is not None
+        changes = {
+            name: changes_between(spark, s.location, last[name][0] + 1, s.version)
+            if s.version > last[name][0]
+            else tables[name].limit(0)
+            for name, s in sources.items()
+        }
+        if not any(s.version > last[n][0] for n, s in sources.items()):
+            run.mode = "unchanged"
+            run.seconds = time.monotonic() - started
+            return run
+        keys = model.changed_keys(changes).select(*model.key).distinct().persist()
+        try:
+            run.changed_keys = keys.count()
+        except Exception as error:  # Delta says "change data gone" in several ways
+            if not _lost_changes(error):
+                raise
+            run.reason = "the change data since the last run is no longer readable"
+        else:
+            run.mode = "incremental"
+            rows = model.build(model.narrow(tables, keys))
+            rows = conform(rows, model, spark.read.format("delta").load(target))
+            run.rows_written = _merge(rows, target, model.key)
+        finally:
+            keys.unpersist()
+    if run.mode == "full":
+        rows = conform(model.build(tables), model, spark.read.format("delta").load(target))
+        rows.write.format("delta").mode("overwrite").save(target)
+        run.rows_written = spark.read.format("delta").load(target).count()
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def conform(rows: DataFrame, model: Model, target: DataFrame) -> DataFrame:
+    """`rows` in the columns, order and types of the table (`model.columns`)."""
+    if missing := [c for c in target.columns if c not in rows.columns]:
+        raise LakehouseError(f"{model.name}: its build returns no column {', '.join(missing)}")
+    return rows.select(*[F.col(f.name).cast(f.dataType) for f in target.schema.fields])
+
+
+def location(storage: StorageSettings, name: str) -> str:
+    layer, table = name.split(".", 1)
+    return storage.table_uri(layer, table)
+
+
+def pin(spark: SparkSession, name: str, uri: str) -> Source:
+    """The table's current version, which the whole run reads."""
+    if not catalog.is_delta(spark, uri):
+        raise LakehouseError(f"{name} does not exist yet at {uri}: run the layer that builds it")
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
+    version = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()
+    assert detail is not None and version is not None
+    return Source(name, uri, int(version["version"]), str(detail["id"]))
+
+
+def changes_between(spark: SparkSession, uri: str, first: int, last: int) -> DataFrame:
+    """Delta's change data feed of versions `first`..`last`: inserted, updated (both
+    images) and deleted rows."""
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", last)
+        .load(uri)
+    )
+
+
+def last_versions(
+    spark: SparkSession, storage: StorageSettings, model: str
+) -> dict[str, tuple[int, str]] | None:
+    """Source -> (version, table id) the model's last run processed; None if it never ran."""
+    runs = spark.read.format("delta").load(location(storage, RUNS))
+    last = runs.where(F.col("model") == model).orderBy(F.desc("started_at")).first()
+    if last is None:
+        return None
+    return {
+        name: (int(version), last["source_ids"].get(name, ""))
+        for name, version in last["source_versions"].items()
+    }
+
+
+def _why_full(last: dict[str, tuple[int, str]] | None, sources: Mapping[str, Source]) -> str:
+    """Why this run must rebuild the whole table, or "" when it can be incremental."""
+    if last is None:
+        return "first run"
+    for name, source in sources.items():
+        if name not in last:
+            return f"{name} is a new input"
+        version, table_id = last[name]
+        if table_id != source.table_id or source.version < version:
+            return f"{name} was recreated since the last run"
+    return ""
+
+
+def _lost_changes(error: Exception) -> bool:
+    text = str(error)
+    return any(
+        marker in text
+        for marker in (
+            "DELTA_MISSING_CHANGE_DATA",
+            "FileNotFound",
+            "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+        )
+    )
+
+
+def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
+    """Upsert `rows` into the table at `target` by `key`; the number of rows upserted."""
+    spark = rows.sparkSession
+    rows = rows.persist()
+    try:
+        count = rows.count()
+        if count:
+            view = f"lakehouse_model_rows_{uuid.uuid4().hex[:8]}"
+            rows.createOrReplaceTempView(view)
+            on = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
+            spark.sql(f"""
+                MERGE INTO delta.`{target}` AS t USING {view} AS s ON {on}
+                WHEN MATCHED THEN UPDATE SET *
+                WHEN NOT MATCHED THEN INSERT *
+            """)
+            spark.catalog.dropTempView(view)
+    finally:
+        rows.unpersist()
+    return count
+
+
+def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: ModelRun) -> None:
+    row = (
+        run_id, run.model, run.mode,
+        {n: s.version for n, s in run.sources.items()},
+        {n: s.table_id for n, s in run.sources.items()},
+        run.changed_keys, run.rows_written, datetime.now(UTC), run.seconds,
+    )  # fmt: skip
+    spark.createDataFrame([row], RUN_COLUMNS).write.format("delta").mode("append").save(
+        location(storage, RUNS)
+    )
