@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -61,15 +62,21 @@ def register(
 
 
 def register_lake(spark: SparkSession, root: str) -> list[str]:
-    """Register every Delta table found at `<root>/<layer>/<table>`; the names, sorted."""
-    names = []
-    for layer in LAYERS:
-        for table in _folders(spark, f"{root}/{layer}"):
-            location = f"{root}/{layer}/{table}"
-            if is_delta(spark, location):
-                register(spark, f"{layer}.{table}", location)
-                names.append(f"{layer}.{table}")
-    return sorted(names)
+    """Register every Delta table of the lake; their names, sorted."""
+    tables = lake_tables(spark, root)
+    for name, location in tables.items():
+        register(spark, name, location)
+    return sorted(tables)
+
+
+def lake_tables(spark: SparkSession, root: str) -> dict[str, str]:
+    """Every Delta table at `<root>/<layer>/<table>`: name -> location."""
+    return {
+        f"{layer}.{table}": f"{root}/{layer}/{table}"
+        for layer in LAYERS
+        for table in _folders(spark, f"{root}/{layer}")
+        if is_delta(spark, f"{root}/{layer}/{table}")
+    }
 
 
 def location_of(spark: SparkSession, name: str) -> str | None:
@@ -91,11 +98,16 @@ def _properties(spark: SparkSession, location: str) -> dict[str, str]:
     return {r.key: r.value for r in rows}
 
 
-def _folders(spark: SparkSession, uri: str) -> Iterable[str]:
+def hadoop_fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for `uri` and the path in it: storage of any scheme (file, s3a)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     path = jvm.org.apache.hadoop.fs.Path(uri)
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _folders(spark: SparkSession, uri: str) -> Iterable[str]:
+    fs, path = hadoop_fs(spark, uri)
     if not fs.exists(path):
         return []
     return sorted(

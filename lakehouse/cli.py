@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError, SettingsError
@@ -140,6 +141,54 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(handler=_run)
 
+    compact = commands.add_parser(
+        "compact",
+        help="OPTIMIZE (bin-packing, clustering) and VACUUM the tables",
+        description="Bin-pack the small files streams and incremental runs leave (gold tables "
+        "are also clustered on their query keys), then VACUUM files older than the retention. "
+        "The retention is checked against the lag of every incremental reader (the silver "
+        "stream on bronze, gold models on their inputs) and refused if one would lose data. "
+        "Safe while the streams run. Prints files and bytes before and after per table.",
+    )
+    compact.add_argument(
+        "tables", nargs="*", metavar="TABLE", help="e.g. silver.row_changes (default: all)"
+    )
+    compact.add_argument(
+        "--retention-hours",
+        type=float,
+        help="VACUUM retention (default: compact.vacuum_retention_hours)",
+    )
+    compact.add_argument("--no-vacuum", action="store_true", help="only OPTIMIZE")
+    compact.set_defaults(handler=_compact)
+
+    sql = commands.add_parser(
+        "sql",
+        help="query the tables by name (bronze.*, silver.*, gold.*), read-only",
+        description="Run SQL on the shared catalog and print the result. Delta time travel "
+        "works: SELECT * FROM gold.sensor_hourly VERSION AS OF 3. Statements that change data "
+        "or the catalog (DDL, DML, OPTIMIZE, ...) are refused unless --allow-writes is given.",
+    )
+    sql.add_argument("statement", nargs="?", help="one or more statements separated by ;")
+    sql.add_argument("-f", "--file", help="read the statements from this file")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                     help="table (default), csv with a header, or json (one object per line)")  # fmt: skip
+    sql.add_argument(
+        "--max-rows", type=int, default=1000, help="table format: show at most this many rows"
+    )
+    sql.add_argument("--allow-writes", action="store_true", help="permit DDL and DML")
+    sql.set_defaults(handler=_sql)
+
+    sql_server = commands.add_parser(
+        "sql-server",
+        help="Spark's Thrift JDBC/ODBC server on 127.0.0.1 for BI tools and beeline, read-only",
+        description="Serve the shared catalog over JDBC/ODBC (HiveServer2 protocol) until "
+        "Ctrl-C, e.g. beeline -u jdbc:hive2://127.0.0.1:10000/gold. Read-only unless "
+        "--allow-writes is given; no client setting can switch that off.",
+    )
+    sql_server.add_argument("--port", type=int, default=10000, help="default: 10000")
+    sql_server.add_argument("--allow-writes", action="store_true", help="permit DDL and DML")
+    sql_server.set_defaults(handler=_sql_server)
+
     inspect = commands.add_parser(
         "inspect",
         help="show the live session state in silver's checkpoint",
@@ -193,6 +242,7 @@ def _setup(args: argparse.Namespace) -> None:
     from lakehouse import metastore
 
     jars.resolve(force=args.force)
+    jars.build_sql_extension(force=args.force)
     print(f"JVM jars ready in {jars.JARS_DIR}")
     print(f"metastore schema ready in {metastore.create_template(force=args.force)}")
     print(f"Data Docs scripts and styles ready in {data_docs.fetch_assets(force=args.force)}")
@@ -342,6 +392,63 @@ def _run_gold(spark: SparkSession, settings: Settings, args: argparse.Namespace)
     modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
     print(f"gold: {len(runs)} models ({_pairs({k: v for k, v in modes.items() if v})}), "
           f"{sum(r.seconds for r in runs):.1f}s")  # fmt: skip
+
+
+def _compact(args: argparse.Namespace) -> None:
+    from lakehouse.compaction import compact
+    from lakehouse.spark import build_spark
+
+    settings = _settings(args)
+    spark = build_spark(settings, app_name="lakehouse-compact")
+    results = compact(spark, settings, args.tables, args.retention_hours, not args.no_vacuum)
+    before = sum(r.snapshot_before.files for r in results)
+    after = sum(r.snapshot_after.files for r in results)
+    print(f"compacted {len(results)} tables: {before:,} files -> {after:,}")
+
+
+def _sql(args: argparse.Namespace) -> None:
+    from lakehouse import sql
+    from lakehouse.spark import build_spark
+
+    if bool(args.statement) == bool(args.file):
+        raise LakehouseError("give either a statement or -f FILE")
+    text = args.statement or _read_text(Path(args.file))
+    statements = sql.split_statements(text)
+    if not statements:
+        raise LakehouseError("no SQL statement given")
+    settings = _settings(args)
+    conf = sql.session_conf(args.allow_writes)
+    spark = build_spark(settings, app_name="lakehouse-sql", extra=conf)
+    sql.run_statements(spark, statements, args.format, args.max_rows)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as error:
+        raise LakehouseError(f"cannot read {path}: {error.strerror}") from None
+
+
+def _sql_server(args: argparse.Namespace) -> None:
+    import signal
+    import threading
+
+    from lakehouse import services, sql
+    from lakehouse.spark import build_spark
+
+    if not services.free(args.port):
+        raise LakehouseError(f"port {args.port} on 127.0.0.1 is taken; choose another with --port")
+    settings = _settings(args)
+    spark = build_spark(settings, app_name="lakehouse-sql-server",
+                        extra=sql.session_conf(args.allow_writes, args.port))  # fmt: skip
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    mode = "read-write" if args.allow_writes else "read-only"
+    print(f"SQL server ({mode}) on jdbc:hive2://127.0.0.1:{args.port}/default; Ctrl-C stops it",
+          flush=True)  # fmt: skip
+    sql.serve(spark, stop)
+    print("SQL server stopped")
 
 
 def _inspect(args: argparse.Namespace) -> None:

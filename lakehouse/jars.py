@@ -67,6 +67,45 @@ def resolve(force: bool = False) -> None:
         stamp.write_text(digest)
 
 
+SQL_EXTENSION_SOURCES = PROJECT_ROOT / "jvm" / "src"
+SQL_EXTENSION_JAR = JARS_DIR / "sql" / "lakehouse-sql.jar"
+SQL_EXTENSION_CLASS = "lakehouse.sql.ReadOnlyExtension"
+
+
+def sql_extension() -> Path:
+    """The jar of the read-only guard for `lakehouse sql` and the SQL server."""
+    if not SQL_EXTENSION_JAR.exists():
+        raise LakehouseError(f"{SQL_EXTENSION_JAR} is missing; run `make setup`")
+    return SQL_EXTENSION_JAR
+
+
+def build_sql_extension(force: bool = False) -> Path:
+    """Compile `jvm/src` against the Spark that pyspark ships: no download, no Maven build."""
+    import pyspark
+
+    sources = sorted(SQL_EXTENSION_SOURCES.rglob("*.java"))
+    digest = hashlib.sha256(
+        b"".join(p.read_bytes() for p in sources) + pyspark.__version__.encode()
+    ).hexdigest()
+    stamp = SQL_EXTENSION_JAR.with_suffix(".sha256")
+    if not force and SQL_EXTENSION_JAR.exists() and stamp.exists() and stamp.read_text() == digest:
+        return SQL_EXTENSION_JAR
+    print(f"compiling {SQL_EXTENSION_CLASS} into {SQL_EXTENSION_JAR} ...", flush=True)
+    classes = SQL_EXTENSION_JAR.parent / "classes"
+    shutil.rmtree(classes, ignore_errors=True)
+    classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+    for command in (
+        ["javac", "--release", "17", "-cp", classpath, "-d", str(classes), *map(str, sources)],
+        ["jar", "cf", str(SQL_EXTENSION_JAR), "-C", str(classes), "."],
+    ):
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise LakehouseError(f"{command[0]} failed: {result.stderr.strip()[-500:]}")
+    shutil.rmtree(classes)
+    stamp.write_text(digest)
+    return SQL_EXTENSION_JAR
+
+
 def _drop_jars_pyspark_ships(folder: Path) -> None:
     # pyspark bundles Spark, Scala, Hadoop, Parquet, Jackson and logging; a second copy at
     # another version on spark.jars makes class loading depend on jar order.

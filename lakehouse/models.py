@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from lakehouse import catalog
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import StorageSettings
+from lakehouse.streaming import retry_on_conflict
 
 RUNS = "gold.model_runs"
 RUN_COLUMNS = """
@@ -280,11 +281,12 @@ def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
             view = f"lakehouse_model_rows_{uuid.uuid4().hex[:8]}"
             rows.createOrReplaceTempView(view)
             on = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
-            spark.sql(f"""
+            merge = f"""
                 MERGE INTO delta.`{target}` AS t USING {view} AS s ON {on}
                 WHEN MATCHED THEN UPDATE SET *
                 WHEN NOT MATCHED THEN INSERT *
-            """)
+            """
+            retry_on_conflict(lambda: spark.sql(merge), target)
             spark.catalog.dropTempView(view)
     finally:
         rows.unpersist()

@@ -14,6 +14,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import EMBEDDED, Settings
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+CLASS_PATH = "spark.driver.extraClassPath"
 
 
 def build_spark(
@@ -38,10 +39,13 @@ def build_spark(
         "spark.ui.showConsoleProgress": "false",
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
         "spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning",
-        **catalog_conf(settings),
-        **spark_settings.conf,
-        **(extra or {}),
     }  # fmt: skip
+    for more in (catalog_conf(settings), spark_settings.conf, extra or {}):
+        for key, value in more.items():
+            # Class paths add up: the metastore's driver and a command's own jars.
+            if key == CLASS_PATH and key in conf:
+                value = f"{conf[key]}{os.pathsep}{value}"
+            conf[key] = value
     builder = SparkSession.builder.master(spark_settings.master).appName(
         app_name or spark_settings.app_name
     )
@@ -98,5 +102,5 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         from lakehouse.metastore import CLIENT_DRIVER, client_classpath
 
         conf["spark.hadoop.javax.jdo.option.ConnectionDriverName"] = CLIENT_DRIVER
-        conf["spark.driver.extraClassPath"] = client_classpath()
+        conf[CLASS_PATH] = client_classpath()
     return conf

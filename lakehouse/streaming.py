@@ -9,12 +9,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import TypeVar
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.errors import LakehouseError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,35 @@ def append(frame: DataFrame, path: str, txn: Txn) -> None:
         .option("txnVersion", txn.version)
         .save(path)
     )
+
+
+def retry_on_conflict(write: Callable[[], T], what: str, attempts: int = 5) -> T:
+    """Run a Delta write again when a concurrent commit made it conflict.
+
+    Compaction rewrites files that a MERGE may have read in the meantime; Delta then
+    refuses the MERGE's commit, having written nothing, so running it again on the new
+    snapshot is safe (and under the batch's transaction, still exactly once).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except Exception as error:
+            if attempt == attempts or not is_conflict(error):
+                raise
+            print(f"{what}: a concurrent commit conflicted ({_first_line(str(error))[:120]}); "
+                  f"retrying ({attempt}/{attempts - 1})", flush=True)  # fmt: skip
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")
+
+
+def is_conflict(error: Exception) -> bool:
+    """Whether Delta refused a commit because another one changed what it had read."""
+    text = str(error)
+    return any(
+        marker in text
+        for marker in ("DELTA_CONCURRENT_", "ConcurrentDeleteRead", "ConcurrentAppend",
+                       "ConcurrentDeleteDelete", "DELTA_METADATA_CHANGED")
+    )  # fmt: skip
 
 
 def run_foreach_batch(

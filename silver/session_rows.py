@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn
+from lakehouse.streaming import Txn, retry_on_conflict
 from silver import tables
 
 NAME = "silver.session_rows"
@@ -37,7 +37,8 @@ def write(changes: DataFrame, path: str, txn: Txn) -> None:
     latest = latest_changes(changes)
     latest.createOrReplaceTempView("silver_session_rows_changes")
     with tables.merge_txn(spark, txn):
-        spark.sql(f"""
+        retry_on_conflict(
+            lambda: spark.sql(f"""
             MERGE INTO delta.`{path}` AS t USING silver_session_rows_changes AS s
             ON t.session_id = s.session_id AND t.row_id = s.row_id
             WHEN MATCHED AND s.op = 'delete' THEN DELETE
@@ -53,4 +54,6 @@ def write(changes: DataFrame, path: str, txn: Txn) -> None:
                 s.session_id, s.sensor_id, s.row_id, s.temperature, s.humidity, s.pressure,
                 s.status, s.counter, s.seq, s.event_time, s.topic, s.partition, s.offset
             )
-        """)
+        """),
+            NAME,
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.streaming import Txn
+from lakehouse.streaming import Txn, retry_on_conflict
 from silver import tables
 
 NAME = "silver.sessions"
@@ -41,9 +41,12 @@ def write(touched: DataFrame, path: str, txn: Txn) -> None:
     spark = touched.sparkSession
     touched.createOrReplaceTempView("silver_sessions_batch")
     with tables.merge_txn(spark, txn):
-        spark.sql(f"""
+        retry_on_conflict(
+            lambda: spark.sql(f"""
             MERGE INTO delta.`{path}` AS t USING silver_sessions_batch AS s
             ON t.session_id = s.session_id
             WHEN MATCHED THEN UPDATE SET *
             WHEN NOT MATCHED THEN INSERT *
-        """)
+        """),
+            NAME,
+        )

@@ -1,0 +1,219 @@
+"""`lakehouse compact`: OPTIMIZE, clustering and VACUUM over the tables of the lake.
+
+Streams commit a few files per micro-batch and gold MERGEs rewrite a few more each run,
+so tables collect small files that every query has to open. OPTIMIZE bin-packs them (on
+the clustered gold tables it also clusters rows by their query keys); it commits with
+`dataChange = false`, so the streams and gold's change feed reading these tables skip it.
+VACUUM then deletes the files no version within the retention still names. A reader that
+lags further behind than the retention would find the files of the versions it has not
+read yet gone, so the retention is checked against every incremental reader first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from lakehouse import catalog, models
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+from lakehouse.streaming import retry_on_conflict
+
+SILVER_CHECKPOINT = ("silver", "sessions_stream")
+"""The silver stream reads bronze.sensor_records; its checkpoint says how far."""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    files: int
+    bytes: int
+
+    def __str__(self) -> str:
+        return f"{self.files:,} files {_size(self.bytes)}"
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """One table before and after: the files its current version names, and storage."""
+
+    table: str
+    snapshot_before: Footprint
+    snapshot_after: Footprint
+    storage_before: Footprint
+    storage_after: Footprint
+
+    def describe(self) -> str:
+        return (
+            f"{self.table:<28} table {self.snapshot_before} -> {self.snapshot_after};  "
+            f"storage {self.storage_before} -> {self.storage_after}"
+        )
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far one reader of a table is behind it."""
+
+    reader: str
+    next_version: int
+    """The first version it has not read."""
+    seconds: float
+    """Age of that version's commit; 0 when the reader is up to date."""
+
+
+def compact(
+    spark: SparkSession,
+    settings: Settings,
+    select: Sequence[str] = (),
+    retention_hours: float | None = None,
+    vacuum: bool = True,
+    echo: Callable[[str], None] = print,
+) -> list[Compaction]:
+    """Compact the selected tables (all of the lake by default), checking VACUUM's
+    retention against every reader's lag before anything is changed."""
+    tables = catalog.lake_tables(spark, settings.storage.root)
+    if unknown := [t for t in select if t not in tables]:
+        raise LakehouseError(
+            f"no table {', '.join(unknown)} under {settings.storage.root} "
+            f"(tables: {', '.join(sorted(tables))})"
+        )
+    chosen = {name: tables[name] for name in (select or sorted(tables))}
+    hours = settings.compact.vacuum_retention_hours if retention_hours is None else retention_hours
+    if vacuum:
+        check_retention(spark, settings, chosen, hours)
+        # Delta's own check refuses anything under 7 days, not knowing the readers; the
+        # check above does, and the floor keeps the files of writes still in flight.
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    results = []
+    for name, location in chosen.items():
+        echo(f"{name}: compacting ...")
+        before = snapshot(spark, location), storage(spark, location)
+        retry_on_conflict(lambda loc=location: spark.sql(f"OPTIMIZE delta.`{loc}`"), name)
+        if vacuum:
+            spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
+        result = Compaction(name, before[0], snapshot(spark, location), before[1],
+                            storage(spark, location))  # fmt: skip
+        echo(f"  {result.describe()}")
+        results.append(result)
+    return results
+
+
+def check_retention(
+    spark: SparkSession, settings: Settings, tables: dict[str, str], hours: float
+) -> None:
+    """Refuse, before anything changes, a retention that a reader's lag or the floor beats."""
+    if hours < settings.compact.min_retention_hours:
+        raise LakehouseError(
+            f"refusing to VACUUM with a retention of {hours:g} hours: below "
+            f"compact.min_retention_hours ({settings.compact.min_retention_hours:g}), "
+            "which protects the files of writes still in flight"
+        )
+    lags = reader_lags(spark, settings, tables)
+    for table, table_lags in lags.items():
+        slowest = max(table_lags, key=lambda lag: lag.seconds)
+        if slowest.seconds > 0 and slowest.seconds >= hours * 3600:
+            raise LakehouseError(
+                f"refusing to VACUUM {table} with a retention of {hours:g} hours: "
+                f"{slowest.reader} has not read its versions from {slowest.next_version} on, "
+                f"committed {_duration(slowest.seconds)} ago, and would lose them. Run it "
+                f"first, or retain more than {slowest.seconds / 3600:.2f} hours "
+                "(--retention-hours); nothing was compacted"
+            )
+
+
+def reader_lags(
+    spark: SparkSession, settings: Settings, tables: dict[str, str]
+) -> dict[str, list[Lag]]:
+    """table -> the lag of each incremental reader of it: the silver stream, gold models."""
+    positions: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    checkpoint = settings.storage.checkpoint_uri(*SILVER_CHECKPOINT)
+    silver_next = stream_next_version(spark, checkpoint)
+    if silver_next is not None:
+        positions["bronze.sensor_records"].append(("the silver stream", silver_next))
+    if catalog.is_delta(spark, models.location(settings.storage, models.RUNS)):
+        from gold.models import MODELS
+
+        for model in MODELS:
+            last = models.last_versions(spark, settings.storage, model.name) or {}
+            for source, (version, _) in last.items():
+                positions[source].append((model.name, version + 1))
+    now = datetime.now(UTC)
+    return {
+        table: [Lag(reader, version, _age(spark, tables[table], version, now))
+                for reader, version in readers]
+        for table, readers in positions.items()
+        if table in tables
+    }  # fmt: skip
+
+
+def stream_next_version(spark: SparkSession, checkpoint: str) -> int | None:
+    """The first version of its Delta source a stream has not fully processed, from the
+    offsets of its last committed batch; None before its first batch commits."""
+    fs, path = catalog.hadoop_fs(spark, checkpoint)
+    commits = _batch_ids(fs, path.suffix("/commits"))
+    if not commits:
+        return None
+    offsets = _read(spark, fs, path.suffix(f"/offsets/{max(commits)}")).splitlines()
+    # "v1", the batch's metadata, then one offset per source: silver's one is bronze.
+    offset = json.loads(offsets[2])
+    version = int(offset["reservoirVersion"])
+    return version + 1 if offset.get("index", -1) > 1 << 60 else version
+
+
+def snapshot(spark: SparkSession, location: str) -> Footprint:
+    """The files the table's current version names."""
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()
+    assert detail is not None
+    return Footprint(int(detail["numFiles"]), int(detail["sizeInBytes"]))
+
+
+def storage(spark: SparkSession, location: str) -> Footprint:
+    """Everything the table occupies on storage: data of all versions kept, and its log."""
+    fs, path = catalog.hadoop_fs(spark, location)
+    summary = fs.getContentSummary(path)
+    return Footprint(int(summary.getFileCount()), int(summary.getLength()))
+
+
+def _age(spark: SparkSession, location: str, version: int, now: datetime) -> float:
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, location).history()
+    committed = history.where(history.version == version).select("timestamp").first()
+    if committed is None:  # not committed yet: the reader is up to date
+        return 0.0
+    return max(0.0, (now - committed["timestamp"].replace(tzinfo=UTC)).total_seconds())
+
+
+def _batch_ids(fs: object, folder: object) -> list[int]:
+    if not fs.exists(folder):  # type: ignore[attr-defined]
+        return []
+    names = [s.getPath().getName() for s in fs.listStatus(folder)]  # type: ignore[attr-defined]
+    return [int(n) for n in names if n.isdigit()]
+
+
+def _read(spark: SparkSession, fs: object, path: object) -> str:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    stream = fs.open(path)  # type: ignore[attr-defined]
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError("unreachable")
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

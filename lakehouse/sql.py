@@ -1,0 +1,182 @@
+"""SQL on the lake by table name: `lakehouse sql` and `lakehouse sql-server`.
+
+Both are Spark applications on the shared catalog, so they see the tables the streams and
+gold jobs register, while those run. Both are read-only unless told otherwise: the
+guard (`jvm/src/lakehouse/sql/ReadOnlyExtension.java`) refuses DDL and DML after analysis
+and before anything runs, and it is switched on in the application's configuration,
+which neither SET nor a JDBC client can change.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from lakehouse import jars
+from lakehouse.errors import LakehouseError
+
+FORMATS = ("table", "csv", "json")
+
+
+def session_conf(allow_writes: bool, server_port: int | None = None) -> dict[str, str]:
+    """Spark properties of a SQL application: the guard, and the server's address."""
+    conf = {
+        "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}",
+        "spark.lakehouse.sql.readOnly": str(not allow_writes).lower(),
+        "spark.driver.extraClassPath": str(jars.sql_extension()),
+    }
+    if server_port is not None:
+        # The server's handler threads load classes through the system class loader, which
+        # sees only the driver's class path, never spark.jars: Delta must be on it too.
+        classpath = [str(j) for j in jars.jars("spark")] + [str(jars.sql_extension())]
+        conf["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
+        conf["spark.hadoop.hive.server2.thrift.bind.host"] = "127.0.0.1"
+        conf["spark.hadoop.hive.server2.thrift.port"] = str(server_port)
+        # One line per refused or failed statement in the client, not a server stack trace.
+        conf["spark.sql.hive.thriftServer.async"] = "false"
+    return conf
+
+
+def split_statements(text: str) -> list[str]:
+    """The statements of a script, split at `;` outside quotes and `--` comments."""
+    statements, current, quote = [], [], ""
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if quote:
+            current.append(char)
+            if char == quote:
+                quote = ""
+        elif char in "'\"`":
+            quote = char
+            current.append(char)
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif char == ";":
+            statements.append("".join(current).strip())
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    statements.append("".join(current).strip())
+    return [s for s in statements if s]
+
+
+def run_statements(
+    spark: SparkSession,
+    statements: list[str],
+    fmt: str = "table",
+    max_rows: int = 1000,
+    out: Callable[[str], None] = print,
+) -> None:
+    """Run each statement and print its result in `fmt`; stop at the first that fails."""
+    # PySpark logs a failed statement as a JSON record with the JVM stack; the error
+    # raised below says it in one line.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    for number, statement in enumerate(statements, 1):
+        try:
+            frame = spark.sql(statement)
+            rows = frame.limit(max_rows + 1).collect() if fmt == "table" else frame.collect()
+        except Exception as error:
+            where = f"statement {number}: " if len(statements) > 1 else ""
+            raise LakehouseError(f"{where}{sql_error(error)}") from None
+        if number > 1 and fmt == "table":
+            out("")
+        for line in render(frame.columns, rows[:max_rows] if fmt == "table" else rows, fmt):
+            out(line)
+        if fmt == "table" and len(rows) > max_rows:
+            out(f"(first {max_rows:,} rows shown; --max-rows to see more)")
+
+
+def render(columns: list[str], rows: list[Any], fmt: str) -> Iterator[str]:
+    """Rows as an aligned text table, CSV with a header, or JSON Lines."""
+    if fmt == "json":
+        for row in rows:
+            yield json.dumps({c: _plain(v) for c, v in zip(columns, row, strict=True)}, default=str)
+        return
+    cells = [[_text(v) for v in row] for row in rows]
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows(cells)
+        yield from buffer.getvalue().splitlines()
+        return
+    if not columns:
+        yield "OK"
+        return
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [all(_is_number(row[i]) for row in rows if row[i] is not None) for i in range(len(columns))]
+    yield " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    yield "-+-".join("-" * w for w in widths)
+    for row in cells:
+        yield " | ".join(
+            v.rjust(w) if right else v.ljust(w)
+            for v, w, right in zip(row, widths, numeric, strict=True)
+        )
+    yield f"({len(rows):,} row{'s' if len(rows) != 1 else ''})"
+
+
+def serve(spark: SparkSession, stop: threading.Event) -> None:
+    """Run Spark's Thrift JDBC/ODBC server on this application until `stop` is set."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    server_class = getattr(jvm, "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2")
+    try:
+        server = server_class.startWithContext(spark._jsparkSession.sqlContext())
+    except Exception as error:
+        raise LakehouseError(f"the SQL server could not start: {sql_error(error)}") from None
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+def sql_error(error: Exception) -> str:
+    """The line of a failed statement that says why: Spark's message without its plan."""
+    text = str(getattr(error, "desc", None) or error)
+    if "read-only: " in text:
+        return "read-only: " + text.split("read-only: ", 1)[1].splitlines()[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:500] if lines else type(error).__name__
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    plain = _plain(value)
+    return plain if isinstance(plain, str) else json.dumps(plain, default=str)
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON-ready Python: rows and maps as objects, times as ISO strings."""
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat(sep=" ") if isinstance(value, datetime) else value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
