@@ -29,7 +29,9 @@ def sensor_daily(hourly: DataFrame) -> DataFrame:
     """
     return hourly.groupBy("sensor_id", F.to_date("hour").alias("day")).agg(
         F.count("*").alias("hours_active"),
-        F.size(F.array_distinct(F.flatten(F.collect_list("session_ids")))).alias("sessions_active"),
+        F.size(F.array_distinct(F.flatten(F.collect_list("session_ids"))))
+        .cast("bigint")
+        .alias("sessions_active"),
         *[
             agg
             for m in METRICS

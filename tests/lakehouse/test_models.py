@@ -1,0 +1,56 @@
+"""Model selection and ordering, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from gold.models import MODELS
+from lakehouse.errors import LakehouseError
+from lakehouse.models import Model, dependency_order, select
+
+
+def names(models: list[Model]) -> list[str]:
+    return [m.name for m in models]
+
+
+def model(name: str, *reads: str) -> Model:
+    return Model(name, reads, ("k",), "k INT", (), print, print, print)  # type: ignore[arg-type]
+
+
+def test_models_run_after_the_models_they_read() -> None:
+    order = names(dependency_order(MODELS))
+    assert order.index("gold.sensor_hourly") < order.index("gold.sensor_daily")
+    assert set(order) == {"gold.session_summary", "gold.sensor_hourly", "gold.sensor_daily"}
+
+
+def test_a_plus_after_a_model_selects_it_and_everything_downstream() -> None:
+    assert names(select(MODELS, ["sensor_hourly+"])) == ["gold.sensor_hourly", "gold.sensor_daily"]
+
+
+def test_a_plus_before_a_model_selects_it_and_everything_upstream() -> None:
+    assert names(select(MODELS, ["+gold.sensor_daily"])) == ["gold.sensor_hourly", "gold.sensor_daily"]
+
+
+def test_a_bare_name_selects_only_that_model() -> None:
+    assert names(select(MODELS, ["sensor_daily"])) == ["gold.sensor_daily"]
+
+
+def test_no_selection_runs_every_model() -> None:
+    assert len(select(MODELS, [])) == len(MODELS)
+
+
+def test_an_unknown_model_is_named_with_the_known_ones() -> None:
+    with pytest.raises(LakehouseError, match=r"no model gold.sensor_weekly \(models: .*sensor_hourly"):
+        select(MODELS, ["sensor_weekly"])
+
+
+def test_a_cycle_is_an_error_naming_its_models() -> None:
+    with pytest.raises(LakehouseError, match="cycle"):
+        dependency_order([model("gold.a", "gold.b"), model("gold.b", "gold.a")])
+
+
+def test_selection_follows_chains_of_any_length() -> None:
+    chain = [model("gold.a", "silver.x"), model("gold.b", "gold.a"), model("gold.c", "gold.b")]
+    assert names(select(chain, ["a+"])) == ["gold.a", "gold.b", "gold.c"]
+    assert names(select(chain, ["+c"])) == ["gold.a", "gold.b", "gold.c"]
+    assert names(select(chain, ["b"])) == ["gold.b"]
