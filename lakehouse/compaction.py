@@ -50,7 +50,7 @@ class Compaction:
     def describe(self) -> str:
         return (
             f"{self.table:<28} table {self.snapshot_before} -> {self.snapshot_after};  "
-            f"storage {self.storage_before} -> {self.storage_after}"
+            f"on storage {self.storage_before} -> {self.storage_after}"
         )
 
 
@@ -88,6 +88,11 @@ def compact(
         # Delta's own check refuses anything under 7 days, not knowing the readers; the
         # check above does, and the floor keeps the files of writes still in flight.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        # VACUUM lists storage with this many tasks, 10,000 by default: one per core will do.
+        spark.conf.set(
+            "spark.sql.sources.parallelPartitionDiscovery.parallelism",
+            str(settings.spark.shuffle_partitions),
+        )
     results = []
     for name, location in chosen.items():
         echo(f"{name}: compacting ...")
@@ -172,10 +177,13 @@ def snapshot(spark: SparkSession, location: str) -> Footprint:
 
 
 def storage(spark: SparkSession, location: str) -> Footprint:
-    """Everything the table occupies on storage: data of all versions kept, and its log."""
+    """The data files the table keeps on storage, for its current version and older ones
+    (its log, which every commit lengthens, not counted)."""
     fs, path = catalog.hadoop_fs(spark, location)
-    summary = fs.getContentSummary(path)
-    return Footprint(int(summary.getFileCount()), int(summary.getLength()))
+    total, log = fs.getContentSummary(path), fs.getContentSummary(path.suffix("/_delta_log"))
+    return Footprint(
+        int(total.getFileCount() - log.getFileCount()), int(total.getLength() - log.getLength())
+    )
 
 
 def _age(spark: SparkSession, location: str, version: int, now: datetime) -> float:

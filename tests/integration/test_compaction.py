@@ -1,0 +1,153 @@
+"""`lakehouse compact` on real Delta tables: same answers, fewer files, a VACUUM that
+waits for lagging readers, and streams that keep running through it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from gold.models import MODELS
+from lakehouse import PROJECT_ROOT, catalog
+from lakehouse.compaction import compact, snapshot, storage
+from lakehouse.errors import LakehouseError
+from lakehouse.models import run_models
+from lakehouse.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.settings import Settings
+from silver import reconstruct
+from tests.integration.test_gold import BASE, INCREMENTS, Bronze
+from tests.integration.test_silver import assert_matches, silver_tables
+from tests.silver import reference
+from tests.support import lakehouse_command, overrides, settings_for
+
+pytestmark = pytest.mark.integration
+
+
+def contents(spark: SparkSession, s: Settings) -> dict[str, list[str]]:
+    """Every table of the lake, row for row."""
+    return {
+        name: sorted(spark.read.format("delta").load(location).toJSON().collect())
+        for name, location in catalog.lake_tables(spark, s.storage.root).items()
+    }
+
+
+@pytest.fixture(scope="module")
+def small_files_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Streams and incremental gold runs leave a few small files per batch and run."""
+    root = tmp_path_factory.mktemp("compact")
+    s = settings_for(root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="2",
+                     quality__validate_streams="false", compact__min_retention_hours="0")  # fmt: skip
+    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    for spec in INCREMENTS[:2]:
+        for sensor in range(2):  # one commit per sensor: several files for silver to read
+            bronze.append(replace(spec, sensors=1, first_sensor=sensor + 1))
+        reconstruct.run(spark, s)
+        run_models(spark, s.storage, MODELS)
+    return s
+
+
+def test_compaction_keeps_every_answer_and_leaves_fewer_files(
+    spark: SparkSession, small_files_lake: Settings
+) -> None:
+    s = small_files_lake
+    before = contents(spark, s)
+    tables = catalog.lake_tables(spark, s.storage.root)
+    bronze = tables["bronze.sensor_records"]
+    bronze_storage = storage(spark, bronze)
+
+    results = {r.table: r for r in compact(spark, s, retention_hours=0)}
+
+    assert contents(spark, s) == before
+    assert set(results) == set(tables)
+    for r in results.values():
+        assert r.snapshot_after.files <= max(1, r.snapshot_before.files)
+        assert r.snapshot_after == snapshot(spark, tables[r.table])
+    fragmented = [r for r in results.values() if r.snapshot_before.files > 1]
+    assert {"bronze.sensor_records", "silver.row_changes", "gold.sensor_hourly"} <= {
+        r.table for r in fragmented
+    }
+    assert all(r.snapshot_after.files == 1 for r in fragmented)
+    # VACUUM with nobody lagging removed the files the compacted versions replaced.
+    assert bronze_storage.files > 1
+    assert storage(spark, bronze) == results["bronze.sensor_records"].snapshot_after
+
+
+def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
+    spark: SparkSession, small_files_lake: Settings
+) -> None:
+    s = small_files_lake
+    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    bronze.next_offset.update({("sensors.sensor-001", p): 10_000 for p in range(2)})
+    bronze.append(replace(BASE, seed=9, sensors=1, sessions_per_sensor=1))
+    reconstruct.run(spark, s)  # silver moves on; gold has not read it yet
+    tables = catalog.lake_tables(spark, s.storage.root)
+    files = {name: snapshot(spark, location) for name, location in tables.items()}
+
+    with pytest.raises(LakehouseError, match=r"refusing to VACUUM silver\.\w+ .*: gold\.\w+ has "
+                       r"not read its versions from \d+ on.*nothing was compacted"):  # fmt: skip
+        compact(spark, s, retention_hours=0)
+
+    assert {name: snapshot(spark, location) for name, location in tables.items()} == files
+    run_models(spark, s.storage, MODELS)
+    assert compact(spark, s, ["silver.row_changes"], retention_hours=0)
+
+
+def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "compaction.sensors."
+    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__trigger_interval="1 second",
+                    silver__trigger_interval="1 second", silver__max_files_per_trigger="2",
+                    quality__validate_streams="false")  # fmt: skip
+    s = settings_for(tmp_path, kafka_bootstrap, prefix)
+    spec = TrafficSpec(seed=4, sensors=2, sessions_per_sensor=4, rows_per_snapshot=20,
+                       updates_per_session=80, topic_prefix=prefix, partitions=2)  # fmt: skip
+    sent = produce(spec, kafka_bootstrap).records
+    streams = {
+        layer: subprocess.Popen(
+            lakehouse_command("run", layer, "--continuous"), env={**os.environ, **env},
+            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for layer in ("bronze", "silver")
+    }
+    try:
+        commits = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "commits"
+        _wait(lambda: commits.exists() and any(commits.glob("[0-9]*")), "silver's first batch")
+        # More traffic while compacting, so that both streams commit during it.
+        more = replace(spec, seed=5, first_sensor=3)
+        producer = threading.Thread(target=produce, args=(more, kafka_bootstrap), kwargs={"rate": 250})
+        producer.start()
+        compactions = [compact(spark, s, echo=lambda _: None) for _ in range(2)]
+        producer.join()
+        bronze = s.storage.table_uri("bronze", "sensor_records")
+        expected = sent + sum(1 for _ in generate_traffic(more))
+        _wait(lambda: spark.read.format("delta").load(bronze).count() == expected, "bronze")
+    finally:
+        for job in streams.values():
+            job.send_signal(signal.SIGTERM)
+        outputs = {layer: job.communicate(timeout=120) for layer, job in streams.items()}
+
+    for layer, job in streams.items():
+        assert job.returncode == 0, f"{layer} stream failed: {outputs[layer][1][-2000:]}"
+    assert any(r.snapshot_before.files > 1 for c in compactions for r in c)
+    # Whatever silver had not read when it stopped, then: the tables still equal a plain
+    # reconstruction of everything bronze holds.
+    reconstruct.run(spark, replace(s, quality=replace(s.quality, validate_streams=False)))
+    admitted = spark.read.format("delta").load(bronze).collect()
+    expected_silver = reference.reconstruct([(r.topic, r.partition, r.offset, bytes(r.value))
+                                             for r in admitted])  # fmt: skip
+    assert_matches(silver_tables(spark, s), expected_silver)
+
+
+def _wait(done, what: str, timeout_s: float = 240) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
