@@ -237,9 +237,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _setup(args: argparse.Namespace) -> None:
-    from lakehouse import data_docs, jars
-
-    from lakehouse import metastore
+    from lakehouse import data_docs, jars, metastore
 
     jars.resolve(force=args.force)
     jars.build_sql_extension(force=args.force)

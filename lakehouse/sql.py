@@ -118,7 +118,9 @@ def render(columns: list[str], rows: list[Any], fmt: str) -> Iterator[str]:
         yield "OK"
         return
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    numeric = [all(_is_number(row[i]) for row in rows if row[i] is not None) for i in range(len(columns))]
+    numeric = [
+        all(_is_number(row[i]) for row in rows if row[i] is not None) for i in range(len(columns))
+    ]
     yield " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
     yield "-+-".join("-" * w for w in widths)
     for row in cells:
@@ -179,4 +181,3 @@ def _plain(value: Any) -> Any:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
-

@@ -112,8 +112,12 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     sent = produce(spec, kafka_bootstrap).records
     streams = {
         layer: subprocess.Popen(
-            lakehouse_command("run", layer, "--continuous"), env={**os.environ, **env},
-            cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            lakehouse_command("run", layer, "--continuous"),
+            env={**os.environ, **env},
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for layer in ("bronze", "silver")
     }
@@ -122,7 +126,9 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
         _wait(lambda: commits.exists() and any(commits.glob("[0-9]*")), "silver's first batch")
         # More traffic while compacting, so that both streams commit during it.
         more = replace(spec, seed=5, first_sensor=3)
-        producer = threading.Thread(target=produce, args=(more, kafka_bootstrap), kwargs={"rate": 250})
+        producer = threading.Thread(
+            target=produce, args=(more, kafka_bootstrap), kwargs={"rate": 250}
+        )
         producer.start()
         compactions = [compact(spark, s, echo=lambda _: None) for _ in range(2)]
         producer.join()

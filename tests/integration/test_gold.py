@@ -23,7 +23,7 @@ from lakehouse.models import run_models
 from lakehouse.producer import TrafficSpec, generate_traffic
 from lakehouse.settings import Settings
 from silver import reconstruct, row_changes, sessions, violations
-from tests.support import run_lakehouse, overrides, settings_for
+from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,9 @@ class Bronze:
             rows.append((r.topic, r.partition, offset, r.key, r.value, now, 0, [], now, 0))
         random.Random(spec.seed).shuffle(rows)
         schema = self.spark.read.format("delta").load(self.path).schema
-        self.spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(self.path)
+        self.spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(
+            self.path
+        )
 
 
 def lake_settings(root: Path) -> Settings:
@@ -143,7 +145,9 @@ def _metrics(group: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def assert_rows(found: DataFrame, key: tuple[str, ...], expected: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+def assert_rows(
+    found: DataFrame, key: tuple[str, ...], expected: dict[tuple[Any, ...], dict[str, Any]]
+) -> None:
     rows = {tuple(_cell(r[k]) for k in key): r.asDict() for r in found.collect()}
     assert set(rows) == {tuple(_cell(k) for k in keys) for keys in expected}
     for keys, values in expected.items():

@@ -28,7 +28,10 @@ def test_a_plus_after_a_model_selects_it_and_everything_downstream() -> None:
 
 
 def test_a_plus_before_a_model_selects_it_and_everything_upstream() -> None:
-    assert names(select(MODELS, ["+gold.sensor_daily"])) == ["gold.sensor_hourly", "gold.sensor_daily"]
+    assert names(select(MODELS, ["+gold.sensor_daily"])) == [
+        "gold.sensor_hourly",
+        "gold.sensor_daily",
+    ]
 
 
 def test_a_bare_name_selects_only_that_model() -> None:
@@ -40,7 +43,9 @@ def test_no_selection_runs_every_model() -> None:
 
 
 def test_an_unknown_model_is_named_with_the_known_ones() -> None:
-    with pytest.raises(LakehouseError, match=r"no model gold.sensor_weekly \(models: .*sensor_hourly"):
+    with pytest.raises(
+        LakehouseError, match=r"no model gold.sensor_weekly \(models: .*sensor_hourly"
+    ):
         select(MODELS, ["sensor_weekly"])
 
 
