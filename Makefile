@@ -22,7 +22,7 @@ setup: $(VENV)/.installed ## install Python deps, the pinned JVM jars and Chromi
 	$(LH) setup
 	bash scripts/install-chromium.sh
 
-demo: setup ## start a local broker, produce sensor traffic, run bronze and silver into bronze
+demo: setup ## the whole pipeline on local services: Kafka -> bronze -> silver -> gold, checks, SQL
 	bash scripts/demo.sh
 
 test: setup ## run the whole test suite against a real broker, Spark and Delta
@@ -38,8 +38,10 @@ bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python benchmarks/bronze.py
 	$(BIN)/python benchmarks/silver.py
 	$(BIN)/python benchmarks/quality.py
+	$(BIN)/python benchmarks/gold.py
 
 clean: ## stop the embedded services and delete local state (tables, checkpoints, their data)
 	-$(LH) kafka stop
 	-$(LH) s3 stop
-	rm -rf .state/lake .state/kafka .state/s3
+	-$(LH) catalog stop
+	rm -rf .state/lake .state/kafka .state/s3 .state/catalog

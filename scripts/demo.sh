@@ -11,10 +11,11 @@ export LAKEHOUSE__QUALITY__LOCAL_DIR="$demo_state/quality"
 step() { printf '\n== %s\n' "$*"; }
 
 rm -rf "$demo_state"
-trap '$lakehouse kafka stop >/dev/null; $lakehouse s3 stop >/dev/null' EXIT
+trap '$lakehouse kafka stop >/dev/null; $lakehouse s3 stop >/dev/null; $lakehouse catalog stop >/dev/null' EXIT
 
-step "start a Kafka broker (KRaft) on 127.0.0.1"
+step "start a Kafka broker (KRaft) and the catalog (a metastore every job shares) on 127.0.0.1"
 $lakehouse kafka start
+$lakehouse catalog start
 
 step "produce sensor sessions to sensors.* (with a few injected faults)"
 $lakehouse produce --sensors 3 --sessions 4 --rows 200 --updates 250 --resync-every 60 \
@@ -26,6 +27,30 @@ $lakehouse run bronze
 
 step "rebuild every session in silver (strict sequence checks, quarantine on violation)"
 $lakehouse run silver
+
+step "build gold: session summaries, hourly and daily sensor rollups (first run: full)"
+$lakehouse run gold
+
+step "more traffic, including sessions late by a day, then bronze, silver and gold again"
+$lakehouse produce --seed 8 --sensors 2 --sessions 2 --rows 50 --updates 100
+$lakehouse run bronze
+$lakehouse run silver
+echo "-- gold now recomputes only the hours, days and sessions these records touch:"
+$lakehouse run gold
+
+step "compact: bin-pack small files, cluster gold tables, VACUUM (retention checked against readers' lag)"
+$lakehouse compact
+
+step "query gold by name with SQL (read-only; time travel with VERSION AS OF)"
+$lakehouse sql "SELECT sensor_id, day, hours_active, sessions_active, updates,
+                       round(temperature_mean, 2) AS temperature_mean
+                FROM gold.sensor_daily ORDER BY sensor_id, day"
+$lakehouse sql "SELECT status, count(*) AS sessions, sum(violations) AS violations,
+                       round(avg(duration_seconds), 1) AS avg_seconds
+                FROM gold.session_summary GROUP BY status ORDER BY status"
+$lakehouse sql "SELECT h.sensor_id, count(*) AS hours_then, (SELECT count(*) FROM gold.sensor_hourly) AS hours_now
+                FROM gold.sensor_hourly VERSION AS OF 1 h GROUP BY h.sensor_id ORDER BY h.sensor_id"
+$lakehouse sql "DROP TABLE gold.sensor_daily" || echo "(refused: downstream SQL is read-only)"
 
 step "live session state in silver's checkpoint (first 5)"
 $lakehouse inspect --limit 5
