@@ -80,11 +80,15 @@ def main() -> None:
                            start_time=base.start_time + timedelta(hours=i))  # fmt: skip
             append(spark, bronze, late, offsets)
             reconstruct.run(spark, settings)
-            incremental = timed(lambda: run_models(spark, settings.storage, MODELS, echo=lambda _: None))
+            incremental = timed(
+                lambda: run_models(spark, settings.storage, MODELS, echo=lambda _: None)
+            )
         full = [timed(lambda: run_models(spark, settings.storage, MODELS, full_refresh=True,
                                          echo=lambda _: None)) for _ in range(2)]  # fmt: skip
-        print(f"gold after an increment of one session: incremental {incremental:.1f}s, "
-              f"full refresh {min(full):.1f}s (best of {', '.join(f'{f:.1f}s' for f in full)})")
+        print(
+            f"gold after an increment of one session: incremental {incremental:.1f}s, "
+            f"full refresh {min(full):.1f}s (best of {', '.join(f'{f:.1f}s' for f in full)})"
+        )
 
         # Incremental MERGEs again, so that the query meets the files they leave.
         for i in range(args.increments):

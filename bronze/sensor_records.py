@@ -78,7 +78,9 @@ def create_table(spark: SparkSession, path: str) -> None:
     # of opaque key and value bytes would skip nothing.
     properties = {
         "delta.appendOnly": "true",
-        "delta.dataSkippingStatsColumns": "topic,partition,offset,kafka_timestamp,ingested_at,batch_id",
+        "delta.dataSkippingStatsColumns": (
+            "topic,partition,offset,kafka_timestamp,ingested_at,batch_id"
+        ),
     }
     catalog.create_table(spark, NAME, path, COLUMNS, properties)
 

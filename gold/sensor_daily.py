@@ -12,12 +12,8 @@ NAME = "gold.sensor_daily"
 KEY = ("sensor_id", "day")
 METRICS = sensor_hourly.METRICS
 COLUMNS = (
-    "sensor_id STRING NOT NULL, day DATE NOT NULL, hours_active BIGINT NOT NULL, sessions_active BIGINT NOT NULL, "
-    + ", ".join(
-        f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
-        for m in METRICS
-    )
-    + ", updates BIGINT NOT NULL"
+    "sensor_id STRING NOT NULL, day DATE NOT NULL, hours_active BIGINT NOT NULL, "
+    f"sessions_active BIGINT NOT NULL, {sensor_hourly.METRIC_COLUMNS}, updates BIGINT NOT NULL"
 )
 
 

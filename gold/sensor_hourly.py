@@ -16,13 +16,14 @@ from silver import row_changes
 NAME = "gold.sensor_hourly"
 KEY = ("sensor_id", "hour")
 METRICS = ("temperature", "humidity", "pressure")
+METRIC_COLUMNS = ", ".join(
+    f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
+    for m in METRICS
+)
 COLUMNS = (
     "sensor_id STRING NOT NULL, hour TIMESTAMP NOT NULL, sessions_active BIGINT NOT NULL, "
-    + ", ".join(
-        f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
-        for m in METRICS
-    )
-    + ", updates BIGINT NOT NULL, rows_changed BIGINT NOT NULL, session_ids ARRAY<STRING> NOT NULL"
+    f"{METRIC_COLUMNS}, updates BIGINT NOT NULL, rows_changed BIGINT NOT NULL, "
+    "session_ids ARRAY<STRING> NOT NULL"
 )
 
 

@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
 
     catalog = commands.add_parser(
         "catalog",
-        help="the embedded metastore on 127.0.0.1 that names every table (bronze.*, silver.*, gold.*)",
+        help="the embedded metastore on 127.0.0.1 that names every table (bronze.*, gold.*, ...)",
         description="start|stop|status: the embedded metastore (a Derby network server) that "
         "every job, `lakehouse sql` and the SQL server share. register: name every Delta "
         "table under the storage root in the catalog (jobs register their own tables).",
@@ -170,8 +170,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sql.add_argument("statement", nargs="?", help="one or more statements separated by ;")
     sql.add_argument("-f", "--file", help="read the statements from this file")
-    sql.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                     help="table (default), csv with a header, or json (one object per line)")  # fmt: skip
+    sql.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (default), csv with a header, or json (one object per line)",
+    )
     sql.add_argument(
         "--max-rows", type=int, default=1000, help="table format: show at most this many rows"
     )

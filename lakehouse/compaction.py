@@ -97,7 +97,8 @@ def compact(
     for name, location in chosen.items():
         echo(f"{name}: compacting ...")
         before = snapshot(spark, location), storage(spark, location)
-        retry_on_conflict(lambda loc=location: spark.sql(f"OPTIMIZE delta.`{loc}`"), name)
+        optimize = f"OPTIMIZE delta.`{location}`"
+        retry_on_conflict(lambda: spark.sql(optimize), name)  # noqa: B023 — run at once
         if vacuum:
             spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
         result = Compaction(name, before[0], snapshot(spark, location), before[1],

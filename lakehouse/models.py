@@ -118,7 +118,8 @@ def select(models: Sequence[Model], selectors: Sequence[str]) -> list[Model]:
 
 
 def _reachable(start: str, edges: Mapping[str, set[str]]) -> set[str]:
-    seen, stack = set(), [start]
+    seen: set[str] = set()
+    stack = [start]
     while stack:
         for nxt in edges.get(stack.pop(), set()) - seen:
             seen.add(nxt)

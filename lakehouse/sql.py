@@ -31,7 +31,9 @@ FORMATS = ("table", "csv", "json")
 def session_conf(allow_writes: bool, server_port: int | None = None) -> dict[str, str]:
     """Spark properties of a SQL application: the guard, and the server's address."""
     conf = {
-        "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}",
+        "spark.sql.extensions": (
+            f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}"
+        ),
         "spark.lakehouse.sql.readOnly": str(not allow_writes).lower(),
         "spark.driver.extraClassPath": str(jars.sql_extension()),
     }

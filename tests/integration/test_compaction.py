@@ -43,7 +43,8 @@ def small_files_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFacto
     """Streams and incremental gold runs leave a few small files per batch and run."""
     root = tmp_path_factory.mktemp("compact")
     s = settings_for(root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="2",
-                     quality__validate_streams="false", compact__min_retention_hours="0")  # fmt: skip
+                     quality__validate_streams="false",
+                     compact__min_retention_hours="0")  # fmt: skip
     bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
     for spec in INCREMENTS[:2]:
         for sensor in range(2):  # one commit per sensor: several files for silver to read
@@ -118,7 +119,7 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for layer in ("bronze", "silver")
     }
     try:

@@ -35,7 +35,8 @@ INCREMENTS = (
             faults={"gap": 1, "duplicate": 1, "malformed_json": 1}),
     replace(BASE, seed=2, start_time=datetime(2026, 1, 2, 22, 30, tzinfo=UTC)),
     # Late: sessions whose events fall into hours and a day already aggregated.
-    replace(BASE, seed=3, start_time=datetime(2026, 1, 1, 0, 10, tzinfo=UTC), sessions_per_sensor=2),
+    replace(BASE, seed=3, start_time=datetime(2026, 1, 1, 0, 10, tzinfo=UTC),
+            sessions_per_sensor=2),
 )  # fmt: skip
 
 
@@ -129,7 +130,8 @@ def summary_reference(
     return {
         (r.session_id,): {
             "sensor_id": r.sensor_id, "status": r.status, "records": r.records,
-            "updates": r.updates, "final_rows": r.table_rows, "violations": rejected.get(r.session_id, 0),
+            "updates": r.updates, "final_rows": r.table_rows,
+            "violations": rejected.get(r.session_id, 0),
             "duration_seconds": (r.last_event_time - r.first_event_time).total_seconds(),
             "first_offset": r.first_offset, "last_offset": r.offset, "last_partition": r.partition,
         }

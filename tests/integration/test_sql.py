@@ -56,8 +56,8 @@ def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
     _, env = gold_lake
     first = int(spark.sql("DESCRIBE HISTORY gold.sensor_hourly").agg({"version": "min"}).first()[0])
     script = tmp_path / "hourly.sql"
-    script.write_text(f"-- now, then as first built\n{HOURLY};\n"
-                      f"{HOURLY.replace('ORDER', f'VERSION AS OF {first + 1} ORDER')};\n")  # fmt: skip
+    then = HOURLY.replace("ORDER", f"VERSION AS OF {first + 1} ORDER")
+    script.write_text(f"-- now, then as first built\n{HOURLY};\n{then};\n")
 
     as_csv = run_lakehouse("sql", "--format", "csv", "-f", str(script), env=env)
     as_json = run_lakehouse("sql", "--format", "json", "SELECT * FROM gold.sensor_daily", env=env)
@@ -90,7 +90,8 @@ def test_sql_refuses_ddl_and_dml_unless_writes_are_allowed(
                             env=env)  # fmt: skip
     allowed = run_lakehouse(
         "sql", "--allow-writes",
-        "CREATE OR REPLACE VIEW gold.busy_hours AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
+        "CREATE OR REPLACE VIEW gold.busy_hours AS "
+        "SELECT * FROM gold.sensor_hourly WHERE updates > 5",
         env=env,
     )  # fmt: skip
 
