@@ -83,6 +83,7 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
         "KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9093,kafka-2:9093",
         "KAFKA_USERNAME": "ingest",
         "KAFKA_PASSWORD": "p4ss",
+        "HIVE_METASTORE_URI": "thrift://hive-metastore:9083",
     }
     settings = load_settings("cluster", environ=variables)
     assert settings.spark.master == "spark://master:7077"
@@ -91,6 +92,7 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
         "s3a://lake/lakehouse/_checkpoints/bronze/sensor_records"
     )
     assert 'password="p4ss"' in settings.kafka.options["sasl.jaas.config"]
+    assert settings.catalog.metastore == "thrift://hive-metastore:9083"
 
 
 def test_unset_secret_names_the_variable_and_the_key() -> None:
@@ -106,3 +108,21 @@ def test_topic_pattern_is_anchored() -> None:
     assert pattern.search("sensors.sensor-001")
     assert not pattern.search("other.sensors.sensor-001")
     assert not pattern.search("sensorsXsensor-001")
+
+
+def test_a_thrift_metastore_reaches_spark_as_the_hive_metastore_uri() -> None:
+    from lakehouse.spark import catalog_conf
+
+    settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "thrift://hms:9083"})
+    conf = catalog_conf(settings)
+    assert conf["spark.hadoop.hive.metastore.uris"] == "thrift://hms:9083"
+    assert conf["spark.sql.catalogImplementation"] == "hive"
+
+
+def test_an_unknown_metastore_kind_is_an_error_naming_the_choices() -> None:
+    from lakehouse.errors import LakehouseError
+    from lakehouse.spark import catalog_conf
+
+    settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "mysql://x"})
+    with pytest.raises(LakehouseError, match="none of embedded, none, thrift://"):
+        catalog_conf(settings)
