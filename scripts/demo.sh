@@ -31,7 +31,7 @@ $lakehouse run silver
 step "build gold: session summaries, hourly and daily sensor rollups (first run: full)"
 $lakehouse run gold
 
-step "more traffic, including sessions late by a day, then bronze, silver and gold again"
+step "more traffic for the hours gold has aggregated, then bronze, silver and gold again"
 $lakehouse produce --seed 8 --sensors 2 --sessions 2 --rows 50 --updates 100
 $lakehouse run bronze
 $lakehouse run silver
@@ -48,8 +48,12 @@ $lakehouse sql "SELECT sensor_id, day, hours_active, sessions_active, updates,
 $lakehouse sql "SELECT status, count(*) AS sessions, sum(violations) AS violations,
                        round(avg(duration_seconds), 1) AS avg_seconds
                 FROM gold.session_summary GROUP BY status ORDER BY status"
-$lakehouse sql "SELECT h.sensor_id, count(*) AS hours_then, (SELECT count(*) FROM gold.sensor_hourly) AS hours_now
-                FROM gold.sensor_hourly VERSION AS OF 1 h GROUP BY h.sensor_id ORDER BY h.sensor_id"
+$lakehouse sql "SELECT sensor_id, first_run.updates AS updates_first_run, latest.updates AS updates_now
+                FROM (SELECT sensor_id, sum(updates) AS updates
+                      FROM gold.sensor_hourly VERSION AS OF 1 GROUP BY sensor_id) AS first_run
+                JOIN (SELECT sensor_id, sum(updates) AS updates
+                      FROM gold.sensor_hourly GROUP BY sensor_id) AS latest USING (sensor_id)
+                ORDER BY sensor_id"
 $lakehouse sql "DROP TABLE gold.sensor_daily" || echo "(refused: downstream SQL is read-only)"
 
 step "live session state in silver's checkpoint (first 5)"
