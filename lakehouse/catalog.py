@@ -17,6 +17,9 @@ from pyspark.sql import SparkSession
 LAYERS = ("bronze", "silver", "gold", "quality")
 """The databases: one per layer, plus the quality results."""
 
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+"""The property of tables that gold reads incrementally, through Delta's change data feed."""
+
 
 def create_table(
     spark: SparkSession,

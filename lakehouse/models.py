@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from lakehouse import catalog
 from lakehouse.errors import LakehouseError
+from lakehouse.quality import new_run_id
 from lakehouse.settings import StorageSettings
 from lakehouse.streaming import retry_on_conflict
 
@@ -38,7 +39,6 @@ RUN_COLUMNS = """
     changed_keys BIGINT, rows_written BIGINT NOT NULL, started_at TIMESTAMP NOT NULL,
     seconds DOUBLE NOT NULL
 """
-CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
 
 Tables = Mapping[str, DataFrame]
 
@@ -136,7 +136,7 @@ def run_models(
 ) -> list[ModelRun]:
     """Run `models` (already in dependency order), each incrementally unless it cannot be."""
     catalog.create_table(spark, RUNS, location(storage, RUNS), RUN_COLUMNS)
-    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    run_id = new_run_id()
     runs = []
     for model in models:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
@@ -161,22 +161,24 @@ def run_model(
         name: spark.read.format("delta").option("versionAsOf", s.version).load(s.location)
         for name, s in sources.items()
     }
-    catalog.create_table(spark, model.name, target, model.columns, CHANGE_FEED, model.cluster_by)
+    catalog.create_table(
+        spark, model.name, target, model.columns, catalog.CHANGE_FEED, model.cluster_by
+    )
     last = None if full_refresh else last_versions(spark, storage, model.name)
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
     run = ModelRun(model.name, "full", reason, sources=sources)
     if not reason:
         assert last is not None
+        if not any(s.version > last[n][0] for n, s in sources.items()):
+            run.mode = "unchanged"
+            run.seconds = time.monotonic() - started
+            return run
         changes = {
             name: changes_between(spark, s.location, last[name][0] + 1, s.version)
             if s.version > last[name][0]
             else tables[name].limit(0)
             for name, s in sources.items()
         }
-        if not any(s.version > last[n][0] for n, s in sources.items()):
-            run.mode = "unchanged"
-            run.seconds = time.monotonic() - started
-            return run
         keys = model.changed_keys(changes).select(*model.key).distinct().persist()
         try:
             run.changed_keys = keys.count()

@@ -13,15 +13,15 @@ from lakehouse.streaming import Txn
 LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL"
 
 
-CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
-"""Gold reads a table's changes since its last run from Delta's change data feed."""
-
-
 def create(
     spark: SparkSession, name: str, path: str, columns: str, change_feed: bool = False
 ) -> None:
     catalog.create_table(
-        spark, name, path, f"{columns}, {LINEAGE_COLUMNS}", CHANGE_FEED if change_feed else {}
+        spark,
+        name,
+        path,
+        f"{columns}, {LINEAGE_COLUMNS}",
+        catalog.CHANGE_FEED if change_feed else {},
     )
 
 
