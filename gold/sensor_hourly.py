@@ -11,11 +11,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.models import Model, Tables
-from silver import row_changes
+from silver import protocol, row_changes
 
 NAME = "gold.sensor_hourly"
 KEY = ("sensor_id", "hour")
-METRICS = ("temperature", "humidity", "pressure")
+METRICS = protocol.NUMBER_NAMES
 METRIC_COLUMNS = ", ".join(
     f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
     for m in METRICS

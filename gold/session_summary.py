@@ -18,7 +18,9 @@ COLUMNS = """
     session_id STRING NOT NULL, sensor_id STRING, status STRING NOT NULL,
     started_at TIMESTAMP, ended_at TIMESTAMP, duration_seconds DOUBLE,
     records BIGINT NOT NULL, snapshots BIGINT NOT NULL, updates BIGINT NOT NULL,
-    final_rows BIGINT NOT NULL, gaps BIGINT NOT NULL, violations BIGINT NOT NULL,
+    final_rows BIGINT NOT NULL,
+    gaps BIGINT NOT NULL COMMENT 'times seq skipped ahead of the next expected one',
+    violations BIGINT NOT NULL,
     first_seq BIGINT, last_seq BIGINT,
     first_topic STRING, first_partition INT, first_offset BIGINT,
     last_topic STRING, last_partition INT, last_offset BIGINT

@@ -24,7 +24,7 @@ from lakehouse import catalog
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import QualitySettings
 from lakehouse.streaming import Txn, append
-from lakehouse.suites import Check, Suite, load_suites
+from lakehouse.suites import QUARANTINABLE, Check, Suite, load_suites
 
 RESULTS = ("quality", "expectation_results")
 RESULT_COLUMNS = """
@@ -60,6 +60,8 @@ class Outcome:
     unexpected_count: int | None = None
     element_count: int | None = None
     quarantined: int | None = None
+    first_at: str | None = None
+    """Kafka lineage (`topic/partition@offset`) of the first offending row, where known."""
 
     @property
     def found(self) -> str:
@@ -70,6 +72,7 @@ class Outcome:
                 ("unexpected", self.unexpected_count),
                 ("observed", self.observed_value),
                 ("quarantined", self.quarantined),
+                ("first at", self.first_at),
             )
             # a query expectation observes its count of unexpected rows: say it once
             if value is not None
@@ -261,6 +264,10 @@ class BatchGate:
             outcomes = [detail.get(o.check.name, o) for o in outcomes]
         kept, final = frame, []
         for outcome in outcomes:
+            if not outcome.success and outcome.check.severity == "fail":
+                # The batch stops here: say which record to look at.
+                final.append(replace(outcome, first_at=first_offending(frame, outcome.check)))
+                continue
             if outcome.success or outcome.check.severity != "quarantine":
                 final.append(outcome)
                 continue
@@ -320,6 +327,38 @@ def offending_rows(frame: DataFrame, check: Check, suite: Suite) -> DataFrame:
             )
         return frame.join(keys.select(*suite.row_key).distinct(), list(suite.row_key), "left_semi")
     return frame.where(F.coalesce(_unexpected(check), F.lit(False)))
+
+
+_UNIQUENESS = ("expect_compound_columns_to_be_unique", "expect_column_values_to_be_unique")
+
+
+def first_offending(frame: DataFrame, check: Check) -> str | None:
+    """`topic/partition@offset` of the first row (in Kafka order) that `check` finds
+    unexpected, or None where the expectation judges no rows or the frame has no lineage."""
+    lineage = ["topic", "partition", "offset"]
+    if not set(lineage) <= set(frame.columns):
+        return None
+    if check.type == "unexpected_rows_expectation":
+        frame.createOrReplaceTempView(_BATCH_VIEW)
+        query = check.kwargs["unexpected_rows_query"].replace("{batch}", _BATCH_VIEW)
+        keys = frame.sparkSession.sql(query)
+        shared = [c for c in keys.columns if c in frame.columns]
+        if not shared:
+            return None
+        rows = frame.join(keys.select(*shared).distinct(), shared, "left_semi")
+    elif check.type in (
+        "expect_compound_columns_to_be_unique",
+        "expect_column_values_to_be_unique",
+    ):
+        columns = list(check.kwargs.get("column_list") or [check.kwargs["column"]])
+        repeated = frame.groupBy(*columns).count().where("count > 1").select(*columns)
+        rows = frame.join(repeated, columns, "left_semi")
+    elif check.type in QUARANTINABLE:
+        rows = frame.where(F.coalesce(_unexpected(check), F.lit(False)))
+    else:
+        return None
+    first = rows.select(*lineage).orderBy(*lineage).first()
+    return None if first is None else f"{first.topic}/{first.partition}@{first.offset}"
 
 
 def without_rows(frame: DataFrame, rows: DataFrame, row_key: Sequence[str]) -> DataFrame:

@@ -155,8 +155,9 @@ def await_query(
 
 
 def explain(error: Exception, checkpoint: str = "its checkpoint") -> str:
-    """The one line of a streaming failure that says what happened."""
-    text = str(getattr(error, "desc", None) or error)
+    """The one line of a streaming failure that says what happened: never only the query's
+    id, which is all Spark's own first line names."""
+    text = _text(error)
     if re.search(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH", text):
         return (
             f"the state in {checkpoint} was written with another state schema than this "
@@ -172,10 +173,37 @@ def explain(error: Exception, checkpoint: str = "its checkpoint") -> str:
         )
     if "TimeoutException" in text or "Timed out waiting" in text:
         return "Kafka did not answer in time (is the broker up?): " + _first_line(text)
-    python_error = _python_error(text)
-    if python_error:
-        return python_error
-    return _first_line(text)
+    return _own_error(text) or _spark_error(text) or _python_error(text) or _first_line(text)
+
+
+def _text(error: BaseException) -> str:
+    message = getattr(error, "getMessage", None)
+    return str(message() if callable(message) else error)
+
+
+# Spark's wrappers name where an error surfaced, not what it was.
+_WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_FAILED")
+
+
+def _own_error(text: str) -> str | None:
+    """The project's own one-line errors, raised in a worker or in foreachBatch."""
+    found = re.findall(
+        r"^(?:[\w.]+\.)?((?:IntegrityError|QualityError|LakehouseError): .+)$", text, re.MULTILINE
+    )
+    return found[-1].strip()[:500] if found else None
+
+
+def _spark_error(text: str) -> str | None:
+    """`[ERROR_CLASS] message` of the innermost Spark error that is not a wrapper."""
+    found = [
+        (name, message)
+        for name, message in re.findall(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\] ([^\n]+)", text)
+        if name not in _WRAPPERS
+    ]
+    if not found:
+        return None
+    name, message = found[-1]
+    return f"[{name}] {message.split(' SQLSTATE:')[0].strip()}"[:500]
 
 
 def _python_error(text: str) -> str | None:

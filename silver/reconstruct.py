@@ -20,16 +20,28 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from lakehouse import quality
 from lakehouse.settings import Settings, SilverSettings
 from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
-from silver import row_changes, session_rows, sessions, state_transitions, tables, violations
+from silver import (
+    protocol,
+    row_changes,
+    session_rows,
+    sessions,
+    state_transitions,
+    tables,
+    violations,
+)
 from silver.session_machine import (
     STATE_VERSION,
+    IntegrityError,
     Lineage,
     Mode,
     Output,
     Policy,
+    Reason,
+    Record,
     SessionMachine,
     SessionState,
     Status,
+    Violation,
     parse_record,
 )
 
@@ -45,46 +57,53 @@ TABLES = {
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
 )
-OUTPUT_SCHEMA = """
+# Times travel as microseconds since the epoch: the protocol has checked them already, and
+# `timestamp_micros` cannot fail on content the way a string cast can.
+OUTPUT_SCHEMA = f"""
     output STRING, session_id STRING, sensor_id STRING, row_id STRING, op STRING,
-    temperature DOUBLE, humidity DOUBLE, pressure DOUBLE, status STRING, counter BIGINT,
-    seq BIGINT, ordinal BIGINT, event_time STRING, topic STRING, partition INT, offset BIGINT,
+    {protocol.VALUE_COLUMNS},
+    seq BIGINT, ordinal BIGINT, event_time BIGINT, topic STRING, partition INT, offset BIGINT,
     reason STRING, detail STRING, expected_seq BIGINT, found_seq BIGINT, raw_value BINARY,
     session_status STRING, first_seq BIGINT, last_seq BIGINT, records BIGINT, snapshots BIGINT,
-    updates BIGINT, rejected BIGINT, gaps BIGINT, table_rows BIGINT, first_event_time STRING,
-    last_event_time STRING, first_topic STRING, first_partition INT, first_offset BIGINT,
+    updates BIGINT, rejected BIGINT, gaps BIGINT, table_rows BIGINT, first_event_time BIGINT,
+    last_event_time BIGINT, first_topic STRING, first_partition INT, first_offset BIGINT,
     action STRING, before STRING, after STRING
 """
-OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
-_INTEGER_COLUMNS = [
-    c.strip().split(" ")[0]
-    for c in OUTPUT_SCHEMA.split(",")
-    if c.strip().split(" ")[1] in ("BIGINT", "INT")
-]
+_PANDAS_TYPES = {"BIGINT": "Int64", "INT": "Int64", "DOUBLE": "float64"}
+OUTPUT_DTYPES = {
+    name: _PANDAS_TYPES.get(kind, "object")
+    for name, kind in (column.split() for column in OUTPUT_SCHEMA.replace("\n", " ").split(","))
+}
+"""Pandas types that Arrow converts to OUTPUT_SCHEMA exactly: the frame is typed inside
+the state function, where a failure can still become a violation, not after it."""
 
 
 UNKEYED = ""
-"""The group of records no session can claim (no readable session_id): rejected, no state."""
+"""The group of records no session can claim (no usable session_id): rejected, no state."""
 
 
 def key_records(bronze: DataFrame) -> DataFrame:
-    """Bronze records with the session they belong to, UNKEYED when the value names none."""
+    """Bronze records with the session they belong to, UNKEYED when the value names none
+    that the protocol allows (an id that would key state must be a bounded, printable id)."""
     session_id = F.get_json_object(F.col("value").cast("string"), "$.session_id")
+    usable = F.when(session_id.rlike(protocol.ID_PATTERN), session_id)
     return bronze.select(
-        F.coalesce(session_id, F.lit(UNKEYED)).alias("session_id"),
+        F.coalesce(usable, F.lit(UNKEYED)).alias("session_id"),
         "topic",
         "partition",
         "offset",
+        "key",
         "value",
     )
 
 
 def reconstruct_sessions(
-    keyed: DataFrame, silver: SilverSettings, trace: frozenset[str] | None
+    keyed: DataFrame, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
 ) -> DataFrame:
     """One output row per row change, violation, trace step and touched session.
 
-    `trace` is None (off), empty (every session) or the session ids to trace.
+    A topic `<topic_prefix><sensor>` holds that sensor's records only. `trace` is None
+    (off), empty (every session) or the session ids to trace.
     """
     timeout_ms = silver.session_timeout_seconds * 1000
 
@@ -93,13 +112,25 @@ def reconstruct_sessions(
         traced = trace is not None and (not trace or session_id in trace)
         return SessionMachine(Mode(rule.mode), Policy(rule.policy), rule.window, traced)
 
+    def records_of(session_id: str, batch: pd.DataFrame) -> list[Record]:
+        return [
+            parse_record(
+                session_id,
+                raw,
+                Lineage(topic, int(partition), int(offset)),
+                key,
+                topic[len(topic_prefix) :] if topic.startswith(topic_prefix) else None,
+            )
+            for topic, partition, offset, key, raw in zip(
+                batch["topic"], batch["partition"], batch["offset"], batch["key"], batch["value"],
+                strict=True,
+            )
+        ]  # fmt: skip
+
     def on_session(
         key: tuple[Any, ...], chunks: Iterable[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
         session_id = str(key[0])
-        if session_id == UNKEYED:
-            yield unkeyed_violations(pd.concat(list(chunks), ignore_index=True))
-            return
         if state.hasTimedOut:
             session = load_state(state.get)
             state.remove()
@@ -110,20 +141,32 @@ def reconstruct_sessions(
         # Spark hands a group's rows over in no order and in several chunks; Kafka
         # (partition, offset) is the order the sensor sent them in.
         batch = pd.concat(list(chunks), ignore_index=True).sort_values(["partition", "offset"])
+        records = records_of(session_id, batch)
+        if session_id == UNKEYED:
+            yield to_frame(Output(violations=[unkeyed_violation(r) for r in records]))
+            return
         session = load_state(state.get) if state.exists else SessionState(session_id)
-        records = [
-            parse_record(session_id, raw, Lineage(topic, int(partition), int(offset)))
-            for topic, partition, offset, raw in zip(
-                batch["topic"], batch["partition"], batch["offset"], batch["value"], strict=True
-            )
-        ]
         topic = _topic(session) if session.first_lineage else records[0].lineage.topic
-        out = machine_for(topic, session_id).process(session, records)
+        machine = machine_for(topic, session_id)
+        try:
+            out = machine.process(session, records)
+            frame = to_frame(out, session)
+        except IntegrityError:
+            raise
+        except Exception as error:
+            # Outside the per-record guard (typing the output, say): the batch's records
+            # become violations and the state stays as it was, so the session goes on as
+            # if they had never come: its next record shows the gap.
+            frame = to_frame(Output(violations=internal_violations(records, error)))
+            if machine.policy is Policy.FAIL:
+                raise IntegrityError(f"session {session_id}: {frame.loc[0, 'detail']}") from None
+            yield frame
+            return
         # A closed session stays until the timeout, so that a record after its end is
         # rejected as such in any later batch rather than opening a new session.
         state.update(save_state(session))
         state.setTimeoutDuration(timeout_ms)
-        yield to_frame(out, session)
+        yield frame
 
     return keyed.groupBy("session_id").applyInPandasWithState(
         on_session,
@@ -134,21 +177,18 @@ def reconstruct_sessions(
     )
 
 
-def unkeyed_violations(batch: pd.DataFrame) -> pd.DataFrame:
-    """One `unparsable` violation per record that names no session."""
-    frame = pd.DataFrame(
-        {
-            "output": "violation",
-            "reason": "unparsable",
-            "detail": "no session_id: not a JSON object with a string session_id",
-            "raw_value": batch["value"],
-            "topic": batch["topic"],
-            "partition": batch["partition"],
-            "offset": batch["offset"],
-        },
-        columns=OUTPUT_COLUMNS,
-    )
-    return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
+def unkeyed_violation(record: Record) -> Violation:
+    """A record that names no usable session: rejected for what parsing found."""
+    reason, detail = record.problem or Reason.INVALID, record.detail or "no session_id"
+    return Violation(None, record.sensor_id, reason, detail, None, None, record.lineage, record.raw)
+
+
+def internal_violations(records: list[Record], error: Exception) -> list[Violation]:
+    detail = f"handling the session's batch failed: {type(error).__name__}: {error}"[:500]
+    return [
+        Violation(r.session_id, r.sensor_id, Reason.INTERNAL, detail, None, r.seq, r.lineage, r.raw)
+        for r in records
+    ]
 
 
 def _topic(session: SessionState) -> str:
@@ -177,7 +217,7 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
     return SessionState.from_json(row[5])
 
 
-def to_rows(out: Output, session: SessionState) -> list[dict[str, Any]]:
+def to_rows(out: Output, session: SessionState | None) -> list[dict[str, Any]]:
     """The machine's output as rows of OUTPUT_SCHEMA, the session's summary last."""
     rows: list[dict[str, Any]] = []
     for change in out.changes:
@@ -220,6 +260,8 @@ def to_rows(out: Output, session: SessionState) -> list[dict[str, Any]]:
                 **_lineage(t.lineage),
             }
         )
+    if session is None:
+        return _numbered(rows)
     first = session.first_lineage
     rows.append(
         {
@@ -243,6 +285,10 @@ def to_rows(out: Output, session: SessionState) -> list[dict[str, Any]]:
             **(_lineage(session.last_lineage) if session.last_lineage else {}),
         }
     )
+    return _numbered(rows)
+
+
+def _numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for ordinal, row in enumerate(rows):
         row["ordinal"] = ordinal
     return rows
@@ -252,9 +298,14 @@ def _lineage(lineage: Lineage) -> dict[str, Any]:
     return {"topic": lineage.topic, "partition": lineage.partition, "offset": lineage.offset}
 
 
-def to_frame(out: Output, session: SessionState) -> pd.DataFrame:
-    frame = pd.DataFrame(to_rows(out, session), columns=OUTPUT_COLUMNS)
-    return frame.astype({c: "Int64" for c in _INTEGER_COLUMNS})
+def to_frame(out: Output, session: SessionState | None = None) -> pd.DataFrame:
+    # Column by column: a frame built from rows infers float64 for an integer column that
+    # holds a None, and 2^63 - 1 does not survive the trip through a double.
+    rows = to_rows(out, session)
+    return pd.DataFrame(
+        {name: pd.array([row.get(name) for row in rows], dtype=dtype)
+         for name, dtype in OUTPUT_DTYPES.items()}
+    )  # fmt: skip
 
 
 # Gold reads these incrementally. session_rows, merged row by row every batch, would pay
@@ -286,7 +337,7 @@ def run(
         .load(settings.storage.table_uri("bronze", "sensor_records"))
     )
     keyed = key_records(bronze)
-    outputs = reconstruct_sessions(keyed, settings.silver, trace)
+    outputs = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
 
     gate_for = quality.stream_gates(spark, settings.quality, settings.storage.root, LAYER)
 

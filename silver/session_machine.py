@@ -15,7 +15,9 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-STATE_VERSION = 1
+from silver import protocol
+
+STATE_VERSION = 2
 """Bump when `SessionState` changes shape: old checkpoints are then refused, not misread."""
 
 
@@ -41,7 +43,7 @@ class Status(StrEnum):
 
 class Reason(StrEnum):
     UNPARSABLE = "unparsable"  # not a JSON object
-    INVALID = "invalid"  # a required field is missing or has the wrong type
+    INVALID = "invalid"  # a field breaks the protocol: missing, wrong type, out of bounds
     UNKNOWN_KIND = "unknown_kind"
     GAP = "gap"  # seq skipped ahead of last_seq + 1
     DUPLICATE = "duplicate"  # seq equal to one already applied
@@ -50,10 +52,7 @@ class Reason(StrEnum):
     UNKNOWN_ROW = "unknown_row"  # delete of a row the table does not have
     AFTER_END = "after_end"  # anything after the session's end
     QUARANTINED = "quarantined"  # the session is broken; waiting for a snapshot
-
-
-KINDS = ("snapshot", "update", "end")
-VALUE_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
+    INTERNAL = "internal"  # handling the record failed unexpectedly (a bug, named in detail)
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,8 @@ class Record:
     sensor_id: str | None = None
     seq: int | None = None
     kind: str | None = None
-    event_time: str | None = None
+    event_time: int | None = None
+    """Microseconds since the epoch, UTC."""
     op: str | None = None
     row_id: str | None = None
     values: dict[str, Any] | None = None
@@ -84,57 +84,57 @@ class Record:
     detail: str | None = None
 
 
-def parse_record(session_id: str, raw: bytes, lineage: Lineage) -> Record:
-    """Read a value by docs/protocol.md; a record that breaks it carries `problem`."""
+def parse_record(
+    session_id: str,
+    raw: bytes,
+    lineage: Lineage,
+    key: bytes | None = None,
+    topic_sensor: str | None = None,
+) -> Record:
+    """Read a value by the protocol (`silver.protocol`); a record that breaks it carries
+    `problem` and a detail naming the field. Never raises.
+
+    `session_id` is the session the record was grouped under, `key` its Kafka key and
+    `topic_sensor` the sensor its topic names: a message must agree with all three.
+    """
 
     def bad(reason: Reason, detail: str) -> Record:
         return Record(lineage, raw, session_id, problem=reason, detail=detail)
 
     try:
-        message = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        return bad(Reason.UNPARSABLE, f"not JSON: {error}")
-    if not isinstance(message, dict):
-        return bad(Reason.UNPARSABLE, "not a JSON object")
-    for name in ("sensor_id", "seq", "kind", "event_time"):
-        if name not in message:
-            return bad(Reason.INVALID, f"missing field {name}")
-    seq, kind = message["seq"], message["kind"]
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        return bad(Reason.INVALID, f"seq must be an integer >= 0, got {seq!r}")
-    if kind not in KINDS:
-        return bad(Reason.UNKNOWN_KIND, f"kind {kind!r} is none of {', '.join(KINDS)}")
-    fields: dict[str, Any] = {}
-    try:
-        if kind == "snapshot":
-            fields["rows"] = {str(r["row_id"]): _values(r["values"]) for r in message["rows"]}
-        elif kind == "update" and message.get("op") == "upsert":
-            row = message["row"]
-            fields.update(op="upsert", row_id=str(row["row_id"]), values=_values(row["values"]))
-        elif kind == "update" and message.get("op") == "delete":
-            fields.update(op="delete", row_id=str(message["row_id"]))
-        elif kind == "update":
-            return bad(
-                Reason.INVALID, f"update op must be upsert or delete, got {message.get('op')!r}"
+        message = protocol.parse_message(protocol.decode(raw))
+        if message.session_id != session_id:
+            raise protocol.ProtocolError("session_id: not usable as a session key")
+        if key is not None and key != session_id.encode():
+            raise protocol.ProtocolError(
+                f"session_id: {session_id!r} differs from the Kafka key "
+                f"{key[:60].decode('utf-8', 'replace')!r}"
             )
-    except (KeyError, TypeError) as error:
-        return bad(Reason.INVALID, f"malformed {kind} payload: {error!r}")
+        if topic_sensor is not None and message.sensor_id != topic_sensor:
+            raise protocol.ProtocolError(
+                f"sensor_id: {message.sensor_id!r} differs from the topic's sensor {topic_sensor!r}"
+            )
+    except protocol.Unparsable as error:
+        return bad(Reason.UNPARSABLE, str(error))
+    except protocol.UnknownKind as error:
+        return bad(Reason.UNKNOWN_KIND, str(error))
+    except protocol.ProtocolError as error:
+        return bad(Reason.INVALID, str(error))
+    except Exception as error:  # a bug in parsing must not stop the stream
+        return bad(Reason.INTERNAL, f"parsing failed: {type(error).__name__}: {error}"[:500])
     return Record(
         lineage,
         raw,
         session_id,
-        str(message["sensor_id"]),
-        seq,
-        kind,
-        str(message["event_time"]),
-        **fields,
+        message.sensor_id,
+        message.seq,
+        message.kind,
+        message.event_time,
+        message.op,
+        message.row_id,
+        message.values,
+        message.rows,
     )
-
-
-def _values(values: Any) -> dict[str, Any]:
-    if not isinstance(values, dict):
-        raise TypeError("values must be an object")
-    return {name: values.get(name) for name in VALUE_FIELDS}
 
 
 @dataclass
@@ -154,8 +154,8 @@ class SessionState:
     rejected: int = 0
     gaps: int = 0
     broken_at_seq: int | None = None
-    first_event_time: str | None = None
-    last_event_time: str | None = None
+    first_event_time: int | None = None
+    last_event_time: int | None = None
     first_lineage: Lineage | None = None
     last_lineage: Lineage | None = None
     pending: dict[int, Record] = field(default_factory=dict)
@@ -219,7 +219,7 @@ class RowChange:
     op: str  # insert | update | delete | snapshot
     values: dict[str, Any] | None
     seq: int
-    event_time: str | None
+    event_time: int | None
     lineage: Lineage
 
 
@@ -274,7 +274,15 @@ class SessionMachine:
         out = Output()
         for record in records:
             before = state.summary() if self.trace else {}
-            action = self._one(state, record, out)
+            try:
+                action = self._one(state, record, out)
+            except IntegrityError:
+                raise
+            except Exception as error:
+                # A bug met by one record must not stop every session: the record is
+                # rejected, naming the error, and its session follows its policy.
+                detail = f"{type(error).__name__}: {error}"[:500]
+                action = self._reject(state, record, out, Reason.INTERNAL, detail, None)
             if self.trace:
                 out.transitions.append(
                     Transition(
@@ -299,8 +307,9 @@ class SessionMachine:
         if state.first_lineage is None:
             state.first_lineage = record.lineage
         state.last_lineage = record.lineage
-        if record.event_time:
-            state.first_event_time = state.first_event_time or record.event_time
+        if record.event_time is not None:
+            if state.first_event_time is None:
+                state.first_event_time = record.event_time
             state.last_event_time = record.event_time
         expected = 0 if state.last_seq is None else state.last_seq + 1
 
@@ -352,6 +361,7 @@ class SessionMachine:
             if len(state.pending) > self.window:
                 self._give_up_waiting(state, out)
             return "buffer"
+        state.gaps += 1
         return self._reject(
             state, record, out, Reason.GAP, f"expected seq {expected}, found {record.seq}", expected
         )

@@ -10,13 +10,12 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakehouse.streaming import Txn, retry_on_conflict
-from silver import tables
+from silver import protocol, tables
 
 NAME = "silver.session_rows"
-COLUMNS = """
+COLUMNS = f"""
     session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
-    temperature DOUBLE, humidity DOUBLE, pressure DOUBLE, status STRING, counter BIGINT,
-    seq BIGINT NOT NULL, event_time TIMESTAMP
+    {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL, event_time TIMESTAMP
 """
 
 

@@ -17,7 +17,8 @@ STATUSES = ("open", "closed", "expired", "broken")
 COLUMNS = """
     session_id STRING NOT NULL, sensor_id STRING, status STRING NOT NULL,
     first_seq BIGINT, last_seq BIGINT, records BIGINT NOT NULL, snapshots BIGINT NOT NULL,
-    updates BIGINT NOT NULL, rejected BIGINT NOT NULL, gaps BIGINT NOT NULL,
+    updates BIGINT NOT NULL, rejected BIGINT NOT NULL,
+    gaps BIGINT NOT NULL COMMENT 'times seq skipped ahead of the next expected one',
     table_rows BIGINT NOT NULL, first_event_time TIMESTAMP, last_event_time TIMESTAMP,
     first_topic STRING, first_partition INT, first_offset BIGINT, updated_batch_id BIGINT NOT NULL
 """
@@ -28,8 +29,8 @@ def select_sessions(outputs: DataFrame, batch_id: int) -> DataFrame:
     return outputs.where(F.col("output") == "session").select(
         "session_id", "sensor_id", F.col("session_status").alias("status"), "first_seq",
         "last_seq", "records", "snapshots", "updates", "rejected", "gaps", "table_rows",
-        F.to_timestamp("first_event_time").alias("first_event_time"),
-        F.to_timestamp("last_event_time").alias("last_event_time"),
+        F.timestamp_micros("first_event_time").alias("first_event_time"),
+        F.timestamp_micros("last_event_time").alias("last_event_time"),
         "first_topic", "first_partition", "first_offset",
         F.lit(batch_id).cast("bigint").alias("updated_batch_id"), "topic", "partition", "offset",
     )  # fmt: skip

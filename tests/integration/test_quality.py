@@ -182,6 +182,34 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
         assert quarantine == []
 
 
+@pytest.mark.parametrize(
+    ("table", "expectation", "mutate", "offset"),
+    [("silver.row_changes", "op_valid", change(4, op="upsert"), 102),
+     ("silver.row_changes", "seq_contiguous", change(5, seq=5, **lineage(5)), 105),
+     ("silver.sessions", "session_unique", add_copy_of(1, status="closed"), 101),
+     ("bronze.sensor_records", "record_unique", add_copy_of(3), 103)],
+)  # fmt: skip
+def test_a_failed_fail_expectation_names_the_first_offending_record(
+    spark: SparkSession,
+    validator: Validator,
+    tmp_path: Path,
+    table: str,
+    expectation: str,
+    mutate: Callable[[list[dict[str, Any]]], None],
+    offset: int,
+) -> None:
+    rows = good_rows(table)
+    mutate(rows)
+    batch_gate = gate(validator, tmp_path.as_uri(), table, 0)
+    batch_gate.admit(frame(spark, table, rows), table)
+
+    with pytest.raises(QualityError) as error:
+        batch_gate.commit()
+
+    assert f"expectation {expectation} (fail) failed: " in str(error.value)
+    assert f"first at sensors.s1/0@{offset};" in str(error.value)
+
+
 def test_a_replayed_batch_records_its_results_and_quarantine_once(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:

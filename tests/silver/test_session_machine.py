@@ -179,6 +179,40 @@ def test_broken_session_quarantines_records_until_the_next_snapshot_resyncs_it()
     assert state.status is Status.OPEN and temps(state) == {"r5": 6} and state.last_seq == 5
 
 
+def test_a_gap_in_strict_mode_is_counted_in_gaps_as_well_as_rejected() -> None:
+    state, _ = run(STRICT, snapshot(0, r1=1), upsert(2, "r1", 7), upsert(3), snapshot(9, r1=2))
+    assert (state.gaps, state.rejected, state.status) == (1, 2, Status.OPEN)
+
+
+class FailsOnSeq(SessionMachine):
+    """A machine with a bug that one record meets."""
+
+    def _apply(self, state: SessionState, record: Record, out, action: str = "apply") -> str:  # type: ignore[no-untyped-def]
+        if record.seq == 2:
+            raise ZeroDivisionError("division by zero")
+        return super()._apply(state, record, out, action)
+
+
+def test_an_unexpected_error_on_one_record_is_an_internal_violation_and_the_stream_goes_on() -> (
+    None
+):
+    state, out = run(FailsOnSeq(), snapshot(0, r1=1), upsert(1, "r1", 2), upsert(2), upsert(3))
+    assert [(v.reason, v.found_seq) for v in out.violations] == [
+        (Reason.INTERNAL, 2),
+        (Reason.QUARANTINED, 3),
+    ]
+    assert "ZeroDivisionError: division by zero" in out.violations[0].detail
+    assert state.status is Status.BROKEN and temps(state) == {"r1": 2}
+
+
+def test_an_unexpected_error_under_the_fail_policy_stops_naming_the_record() -> None:
+    bad = upsert(2)
+    with pytest.raises(IntegrityError) as error:
+        run(FailsOnSeq(policy=Policy.FAIL), snapshot(0, r1=1), upsert(1), bad)
+    assert f"(internal) in session s1 at sensors.a/0@{bad.lineage.offset}" in str(error.value)
+    assert "ZeroDivisionError" in str(error.value)
+
+
 def test_quarantined_update_changes_nothing() -> None:
     state, out = run(STRICT, snapshot(0, r1=1), upsert(2, "r1", 7), upsert(3, "r1", 8))
     assert temps(state) == {"r1": 1} and len(out.changes) == 1
@@ -314,3 +348,17 @@ def test_trace_records_each_transition_with_before_and_after() -> None:
     last = out.transitions[-1]
     assert last.before["status"] == "open" and last.after["status"] == "broken"
     assert last.lineage == gap.lineage and last.seq == 3
+
+
+def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> None:
+    from silver.reconstruct import to_frame
+
+    values = {**vals(1.0), "counter": 2**63 - 1}
+    rows = [{"row_id": "r1", "values": values}, {"row_id": "r2", "values": {"counter": None}}]
+    first = rec(raw(0, "snapshot", rows=rows))
+    state, out = run(STRICT, first, rec(raw(2**63 - 2)))
+    frame = to_frame(out, state)
+
+    assert str(frame["counter"].dtype) == "Int64" and str(frame["found_seq"].dtype) == "Int64"
+    assert frame["counter"].iloc[0] == 2**63 - 1 and frame["counter"].isna().iloc[1]
+    assert frame["found_seq"].tolist()[2] == 2**63 - 2

@@ -1,0 +1,39 @@
+"""A stream that stops says why in one line: the cause, never only the query's id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.errors import LakehouseError
+from lakehouse.streaming import Txn, run_foreach_batch
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_spark_error_in_a_batch_is_reported_by_its_class_and_message(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source, sink = str(tmp_path / "source"), str(tmp_path / "sink")
+    spark.createDataFrame([("yesterday",)], "event_time STRING").write.format("delta").save(source)
+
+    def write(batch: DataFrame, txn: Txn) -> None:
+        # ANSI casts throw on content, inside the write's tasks.
+        timestamps = batch.select(F.col("event_time").cast("timestamp").alias("event_time"))
+        timestamps.write.format("delta").mode("append").save(sink)
+
+    with pytest.raises(LakehouseError) as error:
+        run_foreach_batch(
+            spark.readStream.format("delta").load(source),
+            "cast_stream",
+            str(tmp_path / "checkpoint"),
+            write,
+            None,
+        )
+
+    message = str(error.value)
+    assert message.startswith("cast_stream failed: [CAST_INVALID_INPUT] The value 'yesterday'")
+    assert "\n" not in message and "Query [id" not in message
