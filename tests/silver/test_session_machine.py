@@ -356,7 +356,7 @@ def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> Non
     values = {**vals(1.0), "counter": 2**63 - 1}
     rows = [{"row_id": "r1", "values": values}, {"row_id": "r2", "values": {"counter": None}}]
     first = rec(raw(0, "snapshot", rows=rows))
-    state, out = run(STRICT, first, rec(raw(2**63 - 2)))
+    state, out = run(STRICT, first, upsert(2**63 - 2))
     frame = to_frame(out, state)
 
     assert str(frame["counter"].dtype) == "Int64" and str(frame["found_seq"].dtype) == "Int64"
