@@ -35,14 +35,22 @@ def session_of(value: bytes) -> str | None:
     return body.get("session_id") if isinstance(body, dict) else None
 
 
+def _unkeyed_reason(value: bytes) -> str:
+    """Not a JSON object: unparsable; an object without a session id: invalid."""
+    try:
+        return "invalid" if isinstance(json.loads(value), dict) else "unparsable"
+    except ValueError:
+        return "unparsable"
+
+
 def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     """records: (topic, partition, offset, value) in any order."""
     expected = Expected()
     by_session: dict[str | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
     for record in records:
         by_session[session_of(record[3])].append(record)
-    for _, _, offset, _ in by_session.pop(None, []):
-        expected.violations[(None, "unparsable", offset)] += 1
+    for _, _, offset, value in by_session.pop(None, []):
+        expected.violations[(None, _unkeyed_reason(value), offset)] += 1
     for session, items in by_session.items():
         _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
     return expected
