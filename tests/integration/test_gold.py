@@ -174,8 +174,11 @@ def test_gold_equals_an_independent_pandas_computation_from_silver(
     spark: SparkSession, incremental_lake: tuple[Settings, list[dict[str, Any]]]
 ) -> None:
     s, _ = incremental_lake
-    changes = table(spark, s, row_changes.NAME).toPandas()
+    assert_gold_equals_pandas_from_silver(spark, s)
 
+
+def assert_gold_equals_pandas_from_silver(spark: SparkSession, s: Settings) -> None:
+    changes = table(spark, s, row_changes.NAME).toPandas()
     assert_rows(table(spark, s, sensor_hourly.NAME), sensor_hourly.KEY, hourly_reference(changes))
     assert_rows(table(spark, s, sensor_daily.NAME), sensor_daily.KEY, daily_reference(changes))
     assert_rows(

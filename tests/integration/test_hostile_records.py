@@ -22,18 +22,12 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from bronze import sensor_records
-from gold import sensor_daily, sensor_hourly, session_summary
+from gold import sensor_hourly
 from gold.models import MODELS
 from lakehouse.models import run_models
 from lakehouse.producer import TrafficSpec, create_topics, generate_traffic
 from silver import reconstruct, row_changes, sessions, violations
-from tests.integration.test_gold import (
-    assert_rows,
-    daily_reference,
-    hourly_reference,
-    summary_reference,
-    table,
-)
+from tests.integration.test_gold import assert_gold_equals_pandas_from_silver, table
 from tests.integration.test_silver import assert_matches, silver_tables
 from tests.silver import reference
 from tests.support import settings_for
@@ -258,15 +252,7 @@ def test_no_hostile_record_stops_silver_or_gold(
 
     run_models(spark, s.storage, MODELS)
 
-    changes = table(spark, s, row_changes.NAME).toPandas()
-    assert_rows(table(spark, s, sensor_hourly.NAME), sensor_hourly.KEY, hourly_reference(changes))
-    assert_rows(table(spark, s, sensor_daily.NAME), sensor_daily.KEY, daily_reference(changes))
-    assert_rows(
-        table(spark, s, session_summary.NAME),
-        session_summary.KEY,
-        summary_reference(table(spark, s, sessions.NAME).toPandas(),
-                          table(spark, s, violations.NAME).toPandas()),
-    )  # fmt: skip
+    assert_gold_equals_pandas_from_silver(spark, s)
     hours = {r.hour.year for r in table(spark, s, sensor_hourly.NAME).collect()}
     assert {1970, 2026, 2099} <= hours
 
