@@ -35,10 +35,10 @@ lint: setup ## pre-commit hooks: hygiene, ruff, mypy
 	$(BIN)/pre-commit run --all-files
 
 bench: setup ## benchmarks: each layer against its baseline
-	$(BIN)/python benchmarks/bronze.py
-	$(BIN)/python benchmarks/silver.py
-	$(BIN)/python benchmarks/quality.py
-	$(BIN)/python benchmarks/gold.py
+	$(BIN)/python -m benchmarks.bronze
+	$(BIN)/python -m benchmarks.silver
+	$(BIN)/python -m benchmarks.quality
+	$(BIN)/python -m benchmarks.gold
 
 clean: ## stop the embedded services and delete local state (tables, checkpoints, their data)
 	-$(LH) kafka stop

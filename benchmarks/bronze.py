@@ -6,27 +6,22 @@ In-stream validation is off here: benchmarks/quality.py measures what it adds.
 After an untimed warm-up run, baseline and bronze alternate twice and the best run of each
 counts, so JIT warm-up and page cache favour neither side.
 
-    python benchmarks/bronze.py                 # ~1M records
-    python benchmarks/bronze.py --updates 100   # a quick look
+    python -m benchmarks.bronze                 # ~1M records
+    python -m benchmarks.bronze --updates 100   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow
-# the `bronze` package it measures.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from bronze import sensor_records  # noqa: E402
-from lakehouse.kafka_broker import EmbeddedKafka  # noqa: E402
-from lakehouse.producer import TrafficSpec, produce  # noqa: E402
-from lakehouse.settings import Settings, load_settings  # noqa: E402
-from lakehouse.spark import build_spark  # noqa: E402
+from bronze import sensor_records
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.services.kafka import EmbeddedKafka
+from lakehouse.settings import Settings, load_settings
+from lakehouse.spark import build_spark
 
 
 def main() -> None:

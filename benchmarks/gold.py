@@ -8,14 +8,13 @@ small files. After the last increment the incremental run is timed against a ful
 refresh of the same data (best of two each); then a representative query (one sensor's
 hours) is timed before and after `compact` (best of five each).
 
-    python benchmarks/gold.py                  # ~240k records
-    python benchmarks/gold.py --sessions 5     # a quick look
+    python -m benchmarks.gold                  # ~240k records
+    python -m benchmarks.gold --sessions 5     # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -23,18 +22,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow
-# the `gold` package it measures.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-from bronze import sensor_records  # noqa: E402
-from gold.models import MODELS  # noqa: E402
-from lakehouse.compaction import compact, snapshot  # noqa: E402
-from lakehouse.models import run_models  # noqa: E402
-from lakehouse.producer import TrafficSpec, generate_traffic  # noqa: E402
-from lakehouse.settings import load_settings  # noqa: E402
-from lakehouse.spark import build_spark  # noqa: E402
-from silver import reconstruct  # noqa: E402
+from bronze import sensor_records
+from lakehouse import delta
+from lakehouse.compaction import compact, snapshot
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS, READERS
+from lakehouse.producer import TrafficSpec, generate_traffic
+from lakehouse.settings import load_settings
+from lakehouse.spark import build_spark
+from silver import reconstruct
 
 QUERY = """
     SELECT date_trunc('day', hour) AS day, sum(updates) AS updates,
@@ -61,8 +57,8 @@ def main() -> None:
         })  # fmt: skip
         spark = build_spark(settings, app_name="bench-gold")
         spark.sparkContext.setLogLevel("ERROR")
-        bronze = settings.storage.table_uri("bronze", "sensor_records")
-        sensor_records.create_table(spark, bronze)
+        bronze = settings.storage.table_uri("bronze.sensor_records")
+        delta.create(spark, sensor_records.TABLE, bronze)
         offsets: dict[tuple[str, int], int] = defaultdict(int)
         base = TrafficSpec(sensors=args.sensors, sessions_per_sensor=args.sessions,
                            rows_per_snapshot=100, updates_per_session=args.updates,
@@ -97,11 +93,11 @@ def main() -> None:
             append(spark, bronze, late, offsets)
             reconstruct.run(spark, settings)
             run_models(spark, settings.storage, MODELS, echo=lambda _: None)
-        hourly = settings.storage.table_uri("gold", "sensor_hourly")
+        hourly = settings.storage.table_uri("gold.sensor_hourly")
         query = QUERY.format(path=hourly)
         files_before = snapshot(spark, hourly).files
         before = [timed(lambda: spark.sql(query).collect()) for _ in range(5)]
-        compact(spark, settings, ["gold.sensor_hourly"], vacuum=False, echo=lambda _: None)
+        compact(spark, settings, READERS, ["gold.sensor_hourly"], vacuum=False, echo=lambda _: None)
         after = [timed(lambda: spark.sql(query).collect()) for _ in range(5)]
         files_after = snapshot(spark, hourly).files
 

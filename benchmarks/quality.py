@@ -5,14 +5,13 @@ same bronze table) into fresh tables and checkpoints; the only difference is
 `quality.validate_streams`. Each variant runs twice, alternating, and the best run
 counts. Prints records/s for each and the overhead, 1 - with/without.
 
-    python benchmarks/quality.py                   # ~1M records into bronze, silver on 300k
-    python benchmarks/quality.py --sessions 10     # a quick look
+    python -m benchmarks.quality                   # ~1M records into bronze, silver on 300k
+    python -m benchmarks.quality --sessions 10     # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -20,17 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and would shadow `bronze`.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+from pyspark.sql import SparkSession
 
-from pyspark.sql import SparkSession  # noqa: E402
-
-from bronze import sensor_records  # noqa: E402
-from lakehouse.kafka_broker import EmbeddedKafka  # noqa: E402
-from lakehouse.producer import TrafficSpec, produce  # noqa: E402
-from lakehouse.settings import Settings, load_settings  # noqa: E402
-from lakehouse.spark import build_spark  # noqa: E402
-from silver import reconstruct  # noqa: E402
+from bronze import sensor_records
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.services.kafka import EmbeddedKafka
+from lakehouse.settings import Settings, load_settings
+from lakehouse.spark import build_spark
+from silver import reconstruct
 
 
 def main() -> None:
@@ -107,7 +103,7 @@ def settings(root: Path, bootstrap: str, validate: bool, prefix: str = "sensors.
 def silver_over(root: Path, source: Settings, validate: bool) -> Settings:
     """Settings whose bronze table is `source`'s, and everything else fresh under `root`."""
     fresh = settings(root, "unused:1", validate)
-    bronze = Path(source.storage.table_uri("bronze", "sensor_records").removeprefix("file://"))
+    bronze = Path(source.storage.table_uri("bronze.sensor_records").removeprefix("file://"))
     (root / "lake" / "bronze").mkdir(parents=True)
     (root / "lake" / "bronze" / "sensor_records").symlink_to(bronze)
     return fresh

@@ -7,15 +7,14 @@ In-stream validation is off here (benchmarks/quality.py measures it).
 Prints records/s for each and the ratio b/a, then the state size of 10,000 live sessions,
 and a probe of the two Python state APIs doing the same per-session work.
 
-    python benchmarks/silver.py                   # 1M records, 1,000 concurrent sessions
-    python benchmarks/silver.py --updates 100     # a quick look
+    python -m benchmarks.silver                   # 1M records, 1,000 concurrent sessions
+    python -m benchmarks.silver --updates 100     # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,19 +22,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and would shadow `silver`.
-sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-import pandas as pd  # noqa: E402
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-
-from bronze import sensor_records  # noqa: E402
-from lakehouse.kafka_broker import EmbeddedKafka  # noqa: E402
-from lakehouse.producer import TrafficSpec, produce  # noqa: E402
-from lakehouse.settings import Settings, load_settings  # noqa: E402
-from lakehouse.spark import build_spark  # noqa: E402
-from silver import reconstruct  # noqa: E402
+from bronze import sensor_records
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.services.kafka import EmbeddedKafka
+from lakehouse.settings import Settings, load_settings
+from lakehouse.spark import build_spark
+from silver import reconstruct
 
 PROTOCOL = (
     "session_id STRING, sensor_id STRING, seq BIGINT, kind STRING, event_time STRING, op STRING,"
@@ -72,7 +68,7 @@ def main() -> None:
             settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", spark)
             total = (
                 spark.read.format("delta")
-                .load(settings.storage.table_uri("bronze", "sensor_records"))
+                .load(settings.storage.table_uri("bronze.sensor_records"))
                 .count()
             )
 
@@ -158,7 +154,7 @@ def bronze_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     return (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
-        .load(settings.storage.table_uri("bronze", "sensor_records"))
+        .load(settings.storage.table_uri("bronze.sensor_records"))
     )
 
 
@@ -191,7 +187,7 @@ def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
         },
     )
     # silver reads bronze under its own root: point it at the shared bronze table
-    bronze = Path(settings.storage.table_uri("bronze", "sensor_records").removeprefix("file://"))
+    bronze = Path(settings.storage.table_uri("bronze.sensor_records").removeprefix("file://"))
     (root / "bronze").mkdir(parents=True)
     (root / "bronze" / "sensor_records").symlink_to(bronze)
     started = time.perf_counter()

@@ -11,26 +11,43 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, quality
-from lakehouse.kafka_source import check_reachable, resolve_bootstrap
+from lakehouse import delta
+from lakehouse.delta import Txn
+from lakehouse.quality import gates
+from lakehouse.services.kafka import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
+from lakehouse.streaming import RunStats, run_foreach_batch
+from lakehouse.tables import TableSpec
 
-LAYER, TABLE = "bronze", "sensor_records"
-NAME = f"{LAYER}.{TABLE}"
-
-COLUMNS = """
-    topic STRING NOT NULL,
-    partition INT NOT NULL,
-    offset BIGINT NOT NULL,
-    key BINARY,
-    value BINARY,
-    kafka_timestamp TIMESTAMP,
-    kafka_timestamp_type INT,
-    headers ARRAY<STRUCT<key: STRING, value: BINARY>>,
-    ingested_at TIMESTAMP NOT NULL,
-    batch_id BIGINT NOT NULL
-"""
+TABLE = TableSpec(
+    name="bronze.sensor_records",
+    grain="one row per Kafka record",
+    columns="""
+        topic STRING NOT NULL,
+        partition INT NOT NULL,
+        offset BIGINT NOT NULL,
+        key BINARY,
+        value BINARY,
+        kafka_timestamp TIMESTAMP,
+        kafka_timestamp_type INT,
+        headers ARRAY<STRUCT<key: STRING, value: BINARY>>,
+        ingested_at TIMESTAMP NOT NULL,
+        batch_id BIGINT NOT NULL
+    """,
+    writer="the bronze stream",
+    # Append-only: Delta itself refuses UPDATE and DELETE. File statistics only on the
+    # columns bronze is searched by, lineage and time: min/max of opaque key and value
+    # bytes would skip nothing.
+    properties={
+        "delta.appendOnly": "true",
+        "delta.dataSkippingStatsColumns": (
+            "topic,partition,offset,kafka_timestamp,ingested_at,batch_id"
+        ),
+    },
+)
+NAME = TABLE.name
+CHECKPOINT = NAME
+"""The stream that fills the table is named after it, and so is its checkpoint."""
 
 
 def read_kafka(
@@ -72,26 +89,13 @@ def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
-def create_table(spark: SparkSession, path: str) -> None:
-    """Create the table if missing; append-only, so Delta itself refuses UPDATE and DELETE."""
-    # File statistics only on the columns bronze is searched by: lineage and time. Min/max
-    # of opaque key and value bytes would skip nothing.
-    properties = {
-        "delta.appendOnly": "true",
-        "delta.dataSkippingStatsColumns": (
-            "topic,partition,offset,kafka_timestamp,ingested_at,batch_id"
-        ),
-    }
-    catalog.create_table(spark, NAME, path, COLUMNS, properties)
-
-
 def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`)."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
-    path = settings.storage.table_uri(LAYER, TABLE)
-    create_table(spark, path)
-    gate_for = quality.stream_gates(spark, settings.quality, settings.storage.root, LAYER)
+    path = settings.storage.table_uri(NAME)
+    delta.create(spark, TABLE, path)
+    gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
 
     def write(batch: DataFrame, txn: Txn) -> None:
         records = to_sensor_records(batch, txn.version)
@@ -101,19 +105,28 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
             gate = gate_for(txn)
             admitted = gate.admit(records, NAME)
             gate.commit()
-            append(admitted, path, txn)
+            delta.append(admitted, path, txn)
         finally:
             records.unpersist()
 
     source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
     interval = settings.bronze.trigger_interval if continuous else None
     return run_foreach_batch(
-        source, NAME, settings.storage.checkpoint_uri(LAYER, TABLE), write, interval
+        source, NAME, settings.storage.checkpoint_uri(CHECKPOINT), write, interval
     )
 
 
-def rows_by_topic(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    """Rows of the table per topic, for the summary a run ends with."""
-    path = settings.storage.table_uri(LAYER, TABLE)
+def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:
+    """What a run ends with: rows per topic, and what the suite quarantined."""
+    path = settings.storage.table_uri(NAME)
     counts = spark.read.format("delta").load(path).groupBy("topic").count().collect()
-    return {row["topic"]: row["count"] for row in sorted(counts)}
+    by_topic = {row["topic"]: row["count"] for row in sorted(counts)}
+    lines = [
+        f"{NAME}: {sum(by_topic.values()):,} records in {len(by_topic)} topics "
+        f"(+{stats.input_rows:,} in {stats.batches} batches, {stats.seconds:.1f}s)",
+        *(f"  {topic:<32} {count:>12,}" for topic, count in by_topic.items()),
+    ]
+    if quarantined := gates.quarantine_counts(spark, settings.storage, NAME):
+        pairs = ", ".join(f"{k}={v:,}" for k, v in quarantined.items())
+        lines.append(f"  quarantined by its suite (bronze.quarantine): {pairs}")
+    return lines

@@ -6,7 +6,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from gold import sensor_hourly
-from lakehouse.models import Model, Tables
+from lakehouse.incremental import model
 
 NAME = "gold.sensor_daily"
 KEY = ("sensor_id", "day")
@@ -17,8 +17,26 @@ COLUMNS = (
 )
 
 
+def changed_days(hourly_changes: DataFrame) -> DataFrame:
+    """The (sensor, day) of every changed hour."""
+    return hourly_changes.select("sensor_id", F.to_date("hour").alias("day"))
+
+
+def of_days(days: DataFrame, hourly: DataFrame) -> tuple[DataFrame]:
+    """`gold.sensor_hourly` cut down to the given (sensor, day) keys."""
+    by_day = hourly.withColumn("day", F.to_date("hour"))
+    return (by_day.join(days, list(KEY), "left_semi").drop("day"),)
+
+
+@model(
+    reads=(sensor_hourly.NAME,),
+    key=KEY,
+    columns=COLUMNS,
+    changed_keys=changed_days,
+    narrow=of_days,
+)
 def sensor_daily(hourly: DataFrame) -> DataFrame:
-    """One row per sensor per day of `gold.sensor_hourly` rows.
+    """One row per sensor per day, from `gold.sensor_hourly` rows.
 
     Means are weighted by the hours' readings; sessions are counted from the hours'
     session lists, since a session active in two hours is one session of the day.
@@ -42,26 +60,3 @@ def sensor_daily(hourly: DataFrame) -> DataFrame:
         ],
         F.sum("updates").alias("updates"),
     )
-
-
-def changed_days(hourly_changes: DataFrame) -> DataFrame:
-    """The (sensor, day) of every changed hour."""
-    return hourly_changes.select("sensor_id", F.to_date("hour").alias("day"))
-
-
-def of_days(tables: Tables, days: DataFrame) -> dict[str, DataFrame]:
-    """`gold.sensor_hourly` cut down to the given (sensor, day) keys."""
-    hourly = tables[sensor_hourly.NAME].withColumn("day", F.to_date("hour"))
-    return {sensor_hourly.NAME: hourly.join(days, list(KEY), "left_semi").drop("day")}
-
-
-MODEL = Model(
-    name=NAME,
-    reads=(sensor_hourly.NAME,),
-    key=KEY,
-    columns=COLUMNS,
-    cluster_by=KEY,
-    build=lambda tables: sensor_daily(tables[sensor_hourly.NAME]),
-    changed_keys=lambda changes: changed_days(changes[sensor_hourly.NAME]),
-    narrow=of_days,
-)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.models import Model, Tables
+from lakehouse.incremental import model
 from silver import protocol, row_changes
 
 NAME = "gold.sensor_hourly"
@@ -27,8 +27,39 @@ COLUMNS = (
 )
 
 
+def changed_hours(changes: DataFrame) -> DataFrame:
+    """The (sensor, hour) of every changed row."""
+    return changes.where(F.col("event_time").isNotNull()).select(
+        "sensor_id", _hour(F.col("event_time")).alias("hour")
+    )
+
+
+def of_hours(hours: DataFrame, changes: DataFrame) -> tuple[DataFrame]:
+    """`silver.row_changes` cut down to the given (sensor, hour) keys."""
+    # The time range first: Delta skips every file whose event_time statistics lie
+    # outside it, which a join alone would not.
+    first, last = hours.agg(F.min("hour"), F.max("hour")).first() or (None, None)
+    in_range = changes.where(
+        (F.col("event_time") >= F.lit(first))
+        & (F.col("event_time") < F.lit(last) + F.expr("INTERVAL 1 HOUR"))
+    )
+    keyed = in_range.withColumn("hour", _hour(F.col("event_time")))
+    return (keyed.join(hours, list(KEY), "left_semi").drop("hour"),)
+
+
+def _hour(event_time: Column) -> Column:
+    return F.date_trunc("hour", event_time)
+
+
+@model(
+    reads=(row_changes.NAME,),
+    key=KEY,
+    columns=COLUMNS,
+    changed_keys=changed_hours,
+    narrow=of_hours,
+)
 def sensor_hourly(changes: DataFrame) -> DataFrame:
-    """One row per sensor per hour of `silver.row_changes` rows.
+    """One row per sensor per hour of event time, from `silver.row_changes` rows.
 
     `updates` counts update records (one change each; snapshot rows are not updates),
     `rows_changed` the distinct (session, row) they changed, `<metric>_readings` the
@@ -57,40 +88,3 @@ def sensor_hourly(changes: DataFrame) -> DataFrame:
             F.sort_array(F.collect_set("session_id")).alias("session_ids"),
         )
     )
-
-
-def changed_hours(changes: DataFrame) -> DataFrame:
-    """The (sensor, hour) of every changed row."""
-    return changes.where(F.col("event_time").isNotNull()).select(
-        "sensor_id", _hour(F.col("event_time")).alias("hour")
-    )
-
-
-def of_hours(tables: Tables, hours: DataFrame) -> dict[str, DataFrame]:
-    """`silver.row_changes` cut down to the given (sensor, hour) keys."""
-    changes = tables[row_changes.NAME]
-    # The time range first: Delta skips every file whose event_time statistics lie
-    # outside it, which a join alone would not.
-    first, last = hours.agg(F.min("hour"), F.max("hour")).first() or (None, None)
-    in_range = changes.where(
-        (F.col("event_time") >= F.lit(first))
-        & (F.col("event_time") < F.lit(last) + F.expr("INTERVAL 1 HOUR"))
-    )
-    keyed = in_range.withColumn("hour", _hour(F.col("event_time")))
-    return {row_changes.NAME: keyed.join(hours, list(KEY), "left_semi").drop("hour")}
-
-
-def _hour(event_time: Column) -> Column:
-    return F.date_trunc("hour", event_time)
-
-
-MODEL = Model(
-    name=NAME,
-    reads=(row_changes.NAME,),
-    key=KEY,
-    columns=COLUMNS,
-    cluster_by=KEY,
-    build=lambda tables: sensor_hourly(tables[row_changes.NAME]),
-    changed_keys=lambda changes: changed_hours(changes[row_changes.NAME]),
-    narrow=of_hours,
-)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.models import Model, Tables
+from lakehouse.incremental import model
 from silver import sessions, violations
 
 NAME = "gold.session_summary"
@@ -27,8 +27,29 @@ COLUMNS = """
 """
 
 
+def changed_sessions(session_changes: DataFrame, violation_changes: DataFrame) -> DataFrame:
+    """Every session with a changed summary or a new violation."""
+    changed = session_changes.select("session_id").unionByName(
+        violation_changes.select("session_id")
+    )
+    return changed.where(F.col("session_id").isNotNull())
+
+
+def of_sessions(keys: DataFrame, *inputs: DataFrame) -> tuple[DataFrame, ...]:
+    """Both inputs cut down to the given sessions."""
+    return tuple(frame.join(keys, "session_id", "left_semi") for frame in inputs)
+
+
+@model(
+    reads=(sessions.NAME, violations.NAME),
+    key=KEY,
+    columns=COLUMNS,
+    changed_keys=changed_sessions,
+    narrow=of_sessions,
+    cluster_by=("sensor_id", "started_at"),
+)
 def session_summary(silver_sessions: DataFrame, silver_violations: DataFrame) -> DataFrame:
-    """One row per session of `silver.sessions`.
+    """One row per capture session, from `silver.sessions` and `silver.violations`.
 
     `started_at`/`ended_at` are the event times of its first and last accepted records;
     `final_rows` the rows of its reconstructed table now; `violations` its rejected
@@ -50,29 +71,3 @@ def session_summary(silver_sessions: DataFrame, silver_violations: DataFrame) ->
         F.col("topic").alias("last_topic"), F.col("partition").alias("last_partition"),
         F.col("offset").alias("last_offset"),
     )  # fmt: skip
-
-
-def changed_sessions(changes: Tables) -> DataFrame:
-    """Every session with a changed summary or a new violation."""
-    return (
-        changes[sessions.NAME].select("session_id")
-        .unionByName(changes[violations.NAME].select("session_id"))
-        .where(F.col("session_id").isNotNull())
-    )  # fmt: skip
-
-
-def of_sessions(tables: Tables, keys: DataFrame) -> dict[str, DataFrame]:
-    """Both inputs cut down to the given sessions."""
-    return {name: tables[name].join(keys, "session_id", "left_semi") for name in MODEL.reads}
-
-
-MODEL = Model(
-    name=NAME,
-    reads=(sessions.NAME, violations.NAME),
-    key=KEY,
-    columns=COLUMNS,
-    cluster_by=("sensor_id", "started_at"),
-    build=lambda tables: session_summary(tables[sessions.NAME], tables[violations.NAME]),
-    changed_keys=changed_sessions,
-    narrow=of_sessions,
-)

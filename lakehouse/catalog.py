@@ -9,47 +9,19 @@ root moved), the name is pointed at the settings' one.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from lakehouse.console import echo
+
 LAYERS = ("bronze", "silver", "gold", "quality")
 """The databases: one per layer, plus the quality results."""
 
-CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
-"""The property of tables that gold reads incrementally, through Delta's change data feed."""
-
-
-def create_table(
-    spark: SparkSession,
-    name: str,
-    location: str,
-    columns: str,
-    properties: Mapping[str, str] | None = None,
-    cluster_by: Sequence[str] = (),
-) -> None:
-    """Create the Delta table `name` at `location` unless it exists, and register it.
-
-    `properties` are also set on a table that exists without them, so that a property
-    added to the code (the change data feed) reaches tables made before it.
-    """
-    properties = dict(properties or {})
-    if not is_delta(spark, location):
-        clauses = f" CLUSTER BY ({', '.join(cluster_by)})" if cluster_by else ""
-        if properties:
-            clauses += f" TBLPROPERTIES ({_pairs(properties)})"
-        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({columns}) USING delta{clauses}")
-    else:
-        current = _properties(spark, location)
-        missing = {k: v for k, v in properties.items() if current.get(k) != v}
-        if missing:
-            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
-    register(spark, name, location)
-
 
 def register(
-    spark: SparkSession, name: str, location: str, echo: Callable[[str], None] = print
+    spark: SparkSession, name: str, location: str, echo: Callable[[str], None] = echo
 ) -> None:
     """Make `name` (`<layer>.<table>`) name the Delta table at `location`."""
     layer = name.split(".", 1)[0]
@@ -96,11 +68,6 @@ def is_delta(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _properties(spark: SparkSession, location: str) -> dict[str, str]:
-    rows = spark.sql(f"SHOW TBLPROPERTIES delta.`{location}`").collect()
-    return {r.key: r.value for r in rows}
-
-
 def hadoop_fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     """Hadoop's FileSystem for `uri` and the path in it: storage of any scheme (file, s3a)."""
     jvm = spark.sparkContext._jvm
@@ -127,7 +94,3 @@ def _same(a: str, b: str) -> bool:
         return re.sub(r"^file:/+", "file:///", uri).rstrip("/")
 
     return norm(a) == norm(b)
-
-
-def _pairs(properties: Mapping[str, str]) -> str:
-    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())

@@ -16,16 +16,18 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
-from lakehouse import catalog, models
+from lakehouse import catalog, incremental
+from lakehouse.console import echo
+from lakehouse.delta import retry_on_conflict
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
-from lakehouse.streaming import retry_on_conflict
 
-SILVER_CHECKPOINT = ("silver", "sessions_stream")
-"""The silver stream reads bronze.sensor_records; its checkpoint says how far."""
+if TYPE_CHECKING:
+    from lakehouse.pipeline import Reader
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,14 @@ class Lag:
 def compact(
     spark: SparkSession,
     settings: Settings,
+    readers: Sequence[Reader],
     select: Sequence[str] = (),
     retention_hours: float | None = None,
     vacuum: bool = True,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = echo,
 ) -> list[Compaction]:
     """Compact the selected tables (all of the lake by default), checking VACUUM's
-    retention against every reader's lag before anything is changed."""
+    retention against the lag of every one of `readers` before anything is changed."""
     tables = catalog.lake_tables(spark, settings.storage.root)
     if unknown := [t for t in select if t not in tables]:
         raise LakehouseError(
@@ -84,7 +87,7 @@ def compact(
     chosen = {name: tables[name] for name in (select or sorted(tables))}
     hours = settings.compact.vacuum_retention_hours if retention_hours is None else retention_hours
     if vacuum:
-        check_retention(spark, settings, chosen, hours)
+        check_retention(spark, settings, readers, chosen, hours)
         # Delta's own check refuses anything under 7 days, not knowing the readers; the
         # check above does, and the floor keeps the files of writes still in flight.
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -109,7 +112,11 @@ def compact(
 
 
 def check_retention(
-    spark: SparkSession, settings: Settings, tables: dict[str, str], hours: float
+    spark: SparkSession,
+    settings: Settings,
+    readers: Sequence[Reader],
+    tables: dict[str, str],
+    hours: float,
 ) -> None:
     """Refuse, before anything changes, a retention that a reader's lag or the floor beats."""
     if hours < settings.compact.min_retention_hours:
@@ -118,7 +125,7 @@ def check_retention(
             f"compact.min_retention_hours ({settings.compact.min_retention_hours:g}), "
             "which protects the files of writes still in flight"
         )
-    lags = reader_lags(spark, settings, tables)
+    lags = reader_lags(spark, settings, readers, tables)
     for table, table_lags in lags.items():
         slowest = max(table_lags, key=lambda lag: lag.seconds)
         if slowest.seconds > 0 and slowest.seconds >= hours * 3600:
@@ -132,21 +139,22 @@ def check_retention(
 
 
 def reader_lags(
-    spark: SparkSession, settings: Settings, tables: dict[str, str]
+    spark: SparkSession, settings: Settings, readers: Sequence[Reader], tables: dict[str, str]
 ) -> dict[str, list[Lag]]:
-    """table -> the lag of each incremental reader of it: the silver stream, gold models."""
+    """table -> the lag of each of `readers` that reads it."""
     positions: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    checkpoint = settings.storage.checkpoint_uri(*SILVER_CHECKPOINT)
-    silver_next = stream_next_version(spark, checkpoint)
-    if silver_next is not None:
-        positions["bronze.sensor_records"].append(("the silver stream", silver_next))
-    if catalog.is_delta(spark, models.location(settings.storage, models.RUNS)):
-        from gold.models import MODELS
-
-        for model in MODELS:
-            last = models.last_versions(spark, settings.storage, model.name) or {}
-            for source, (version, _) in last.items():
-                positions[source].append((model.name, version + 1))
+    runs_exist = catalog.is_delta(spark, settings.storage.table_uri(incremental.RUNS.name))
+    for reader in readers:
+        if reader.checkpoint is not None:
+            checkpoint = settings.storage.checkpoint_uri(reader.checkpoint)
+            position = stream_next_version(spark, checkpoint)
+        elif reader.model is not None and runs_exist:
+            last = incremental.last_versions(spark, settings.storage, reader.model) or {}
+            position = last[reader.table][0] + 1 if reader.table in last else None
+        else:
+            position = None
+        if position is not None:
+            positions[reader.table].append((reader.name, position))
     now = datetime.now(UTC)
     return {
         table: [Lag(reader, version, _age(spark, tables[table], version, now))

@@ -48,11 +48,15 @@ class StorageSettings:
     local_state: str
     """Local folder for the embedded services of this machine (broker data, pid files)."""
 
-    def table_uri(self, layer: str, table: str) -> str:
+    def table_uri(self, name: str) -> str:
+        """Where the table `<layer>.<table>` keeps its data and log."""
+        layer, table = name.split(".", 1)
         return f"{self.root}/{layer}/{table}"
 
-    def checkpoint_uri(self, layer: str, table: str) -> str:
-        return f"{self.root}/_checkpoints/{layer}/{table}"
+    def checkpoint_uri(self, name: str) -> str:
+        """The checkpoint of the stream `<layer>.<name>`."""
+        layer, stream = name.split(".", 1)
+        return f"{self.root}/_checkpoints/{layer}/{stream}"
 
     @property
     def local_state_dir(self) -> Path:

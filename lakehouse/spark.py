@@ -75,10 +75,10 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     if metastore.startswith("thrift://"):
         return {**conf, "spark.hadoop.hive.metastore.uris": metastore}
     if metastore == EMBEDDED:
-        from lakehouse.metastore import EmbeddedMetastore
+        from lakehouse.services.metastore import EmbeddedMetastore
 
         home = EmbeddedMetastore.under(settings.storage.local_state_dir)
-        url = home.url()
+        url = home.address()
         if url is None:
             raise LakehouseError(
                 f"the embedded catalog is not running (no metastore in {home.home}): "
@@ -99,7 +99,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         }
     )
     if metastore.startswith("jdbc:derby://"):
-        from lakehouse.metastore import CLIENT_DRIVER, client_classpath
+        from lakehouse.services.metastore import CLIENT_DRIVER, client_classpath
 
         conf["spark.hadoop.javax.jdo.option.ConnectionDriverName"] = CLIENT_DRIVER
         conf[CLASS_PATH] = client_classpath()

@@ -8,7 +8,6 @@ writes all silver tables, each write idempotent under the batch's Delta transact
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -17,16 +16,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from lakehouse import quality
+from bronze import sensor_records
+from lakehouse import delta
+from lakehouse.delta import Txn
+from lakehouse.quality import gates
 from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import RunStats, Txn, append, run_foreach_batch
+from lakehouse.streaming import RunStats, run_foreach_batch
 from silver import (
+    outputs,
     protocol,
     row_changes,
     session_rows,
     sessions,
     state_transitions,
-    tables,
     violations,
 )
 from silver.session_machine import (
@@ -45,39 +47,11 @@ from silver.session_machine import (
     parse_record,
 )
 
-LAYER = "silver"
-QUERY_NAME = "silver.sessions_stream"
-TABLES = {
-    "row_changes": row_changes,
-    "session_rows": session_rows,
-    "sessions": sessions,
-    "violations": violations,
-    "state_transitions": state_transitions,
-}
+QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
+TABLES = (*outputs.TABLES, session_rows.TABLE)
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
 )
-# Times travel as microseconds since the epoch: the protocol has checked them already, and
-# `timestamp_micros` cannot fail on content the way a string cast can.
-OUTPUT_SCHEMA = f"""
-    output STRING, session_id STRING, sensor_id STRING, row_id STRING, op STRING,
-    {protocol.VALUE_COLUMNS},
-    seq BIGINT, ordinal BIGINT, event_time BIGINT, topic STRING, partition INT, offset BIGINT,
-    reason STRING, detail STRING, expected_seq BIGINT, found_seq BIGINT, raw_value BINARY,
-    session_status STRING, first_seq BIGINT, last_seq BIGINT, records BIGINT, snapshots BIGINT,
-    updates BIGINT, rejected BIGINT, gaps BIGINT, table_rows BIGINT, first_event_time BIGINT,
-    last_event_time BIGINT, first_topic STRING, first_partition INT, first_offset BIGINT,
-    action STRING, before STRING, after STRING
-"""
-_PANDAS_TYPES = {"BIGINT": "Int64", "INT": "Int64", "DOUBLE": "float64"}
-OUTPUT_DTYPES = {
-    name: _PANDAS_TYPES.get(kind, "object")
-    for name, kind in (column.split() for column in OUTPUT_SCHEMA.replace("\n", " ").split(","))
-}
-"""Pandas types that Arrow converts to OUTPUT_SCHEMA exactly: the frame is typed inside
-the state function, where a failure can still become a violation, not after it."""
-
-
 UNKEYED = ""
 """The group of records no session can claim (no usable session_id): rejected, no state."""
 
@@ -170,7 +144,7 @@ def reconstruct_sessions(
 
     return keyed.groupBy("session_id").applyInPandasWithState(
         on_session,
-        OUTPUT_SCHEMA,
+        outputs.SCHEMA,
         STATE_SCHEMA,
         "append",
         GroupStateTimeout.ProcessingTimeTimeout,
@@ -217,106 +191,18 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
     return SessionState.from_json(row[5])
 
 
-def to_rows(out: Output, session: SessionState | None) -> list[dict[str, Any]]:
-    """The machine's output as rows of OUTPUT_SCHEMA, the session's summary last."""
-    rows: list[dict[str, Any]] = []
-    for change in out.changes:
-        rows.append(
-            {
-                "output": "change",
-                "session_id": change.session_id,
-                "sensor_id": change.sensor_id,
-                "row_id": change.row_id,
-                "op": change.op,
-                **(change.values or {}),
-                "seq": change.seq,
-                "event_time": change.event_time,
-                **_lineage(change.lineage),
-            }
-        )
-    for v in out.violations:
-        rows.append(
-            {
-                "output": "violation",
-                "session_id": v.session_id,
-                "sensor_id": v.sensor_id,
-                "reason": str(v.reason),
-                "detail": v.detail,
-                "expected_seq": v.expected_seq,
-                "found_seq": v.found_seq,
-                "raw_value": v.raw,
-                **_lineage(v.lineage),
-            }
-        )
-    for t in out.transitions:
-        rows.append(
-            {
-                "output": "transition",
-                "session_id": t.session_id,
-                "seq": t.seq,
-                "action": t.action,
-                "before": json.dumps(t.before),
-                "after": json.dumps(t.after),
-                **_lineage(t.lineage),
-            }
-        )
-    if session is None:
-        return _numbered(rows)
-    first = session.first_lineage
-    rows.append(
-        {
-            "output": "session",
-            "session_id": session.session_id,
-            "sensor_id": session.sensor_id,
-            "session_status": str(session.status),
-            "first_seq": session.first_seq,
-            "last_seq": session.last_seq,
-            "records": session.records,
-            "snapshots": session.snapshots,
-            "updates": session.updates,
-            "rejected": session.rejected,
-            "gaps": session.gaps,
-            "table_rows": session.table_rows,
-            "first_event_time": session.first_event_time,
-            "last_event_time": session.last_event_time,
-            "first_topic": first.topic if first else None,
-            "first_partition": first.partition if first else None,
-            "first_offset": first.offset if first else None,
-            **(_lineage(session.last_lineage) if session.last_lineage else {}),
-        }
-    )
-    return _numbered(rows)
-
-
-def _numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_frame(out: Output, session: SessionState | None = None) -> pd.DataFrame:
+    """The machine's output as rows of the silver tables, the session's summary last,
+    numbered in the order they happened."""
+    rows = [
+        *({"output": row_changes.NAME, **row_changes.row(c)} for c in out.changes),
+        *({"output": violations.NAME, **violations.row(v)} for v in out.violations),
+        *({"output": state_transitions.NAME, **state_transitions.row(t)} for t in out.transitions),
+        *([{"output": sessions.NAME, **sessions.row(session)}] if session else []),
+    ]
     for ordinal, row in enumerate(rows):
         row["ordinal"] = ordinal
-    return rows
-
-
-def _lineage(lineage: Lineage) -> dict[str, Any]:
-    return {"topic": lineage.topic, "partition": lineage.partition, "offset": lineage.offset}
-
-
-def to_frame(out: Output, session: SessionState | None = None) -> pd.DataFrame:
-    # Column by column: a frame built from rows infers float64 for an integer column that
-    # holds a None, and 2^63 - 1 does not survive the trip through a double.
-    rows = to_rows(out, session)
-    return pd.DataFrame(
-        {name: pd.array([row.get(name) for row in rows], dtype=dtype)
-         for name, dtype in OUTPUT_DTYPES.items()}
-    )  # fmt: skip
-
-
-# Gold reads these incrementally. session_rows, merged row by row every batch, would pay
-# for a change feed that nothing reads.
-CHANGE_FEED_TABLES = ("row_changes", "sessions", "violations")
-
-
-def create_tables(spark: SparkSession, settings: Settings) -> None:
-    for table, module in TABLES.items():
-        path = settings.storage.table_uri(LAYER, table)
-        tables.create(spark, module.NAME, path, module.COLUMNS, table in CHANGE_FEED_TABLES)
+    return outputs.to_frame(rows)
 
 
 def run(
@@ -326,62 +212,74 @@ def run(
     trace: frozenset[str] | None = None,
 ) -> RunStats:
     """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`)."""
-    create_tables(spark, settings)
+    uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
+    for spec in TABLES:
+        delta.create(spark, spec, uri[spec.name])
     # Without this, processing-time timeouts make Spark run empty batches forever and an
     # availableNow run never ends; sessions then expire at the next batch that has data.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    path = {table: settings.storage.table_uri(LAYER, table) for table in TABLES}
     bronze = (
         spark.readStream.format("delta")
         .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
-        .load(settings.storage.table_uri("bronze", "sensor_records"))
+        .load(settings.storage.table_uri(sensor_records.NAME))
     )
     keyed = key_records(bronze)
-    outputs = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
-
-    gate_for = quality.stream_gates(spark, settings.quality, settings.storage.root, LAYER)
+    rows = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
+    gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
 
     def write(batch: DataFrame, txn: Txn) -> None:
         # Every table and every expectation reads the same outputs: computed once.
         batch.persist()
         try:
             gate = gate_for(txn)
-            changes = gate.admit(
-                row_changes.select_row_changes(batch, txn.version), row_changes.NAME
-            )
-            touched = gate.admit(sessions.select_sessions(batch, txn.version), sessions.NAME)
-            rejected = gate.admit(violations.select_violations(batch, txn.version), violations.NAME)
+            admitted = {
+                spec.name: gate.admit(outputs.select(batch, spec, txn.version), spec.name)
+                for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
+            }
             gate.commit()
-            append(changes, path["row_changes"], txn)
-            append(rejected, path["violations"], txn)
-            append(
-                state_transitions.select_transitions(batch, txn.version),
-                path["state_transitions"],
-                txn,
-            )
-            session_rows.write(changes, path["session_rows"], txn)
-            sessions.write(touched, path["sessions"], txn)
+            changes = admitted[row_changes.NAME]
+            delta.append(changes, uri[row_changes.NAME], txn)
+            delta.append(admitted[violations.NAME], uri[violations.NAME], txn)
+            transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
+            delta.append(transitions, uri[state_transitions.NAME], txn)
+            session_rows.write(changes, uri[session_rows.NAME], txn)
+            sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
         finally:
             batch.unpersist()
 
-    checkpoint = settings.storage.checkpoint_uri(LAYER, "sessions_stream")
+    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     interval = settings.silver.trigger_interval if continuous else None
-    return run_foreach_batch(outputs, QUERY_NAME, checkpoint, write, interval)
+    return run_foreach_batch(rows, QUERY_NAME, checkpoint, write, interval)
 
 
 def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
-    """Sessions by status and violations by reason, for the summary a run ends with."""
+    """Sessions by status and violations by reason."""
 
     def grouped(table: str, column: str) -> dict[str, int]:
-        frame = spark.read.format("delta").load(settings.storage.table_uri(LAYER, table))
+        frame = spark.read.format("delta").load(settings.storage.table_uri(table))
         return {r[column]: r["count"] for r in sorted(frame.groupBy(column).count().collect())}
 
-    return grouped("sessions", "status"), grouped("violations", "reason")
+    return grouped(sessions.NAME, "status"), grouped(violations.NAME, "reason")
+
+
+def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:
+    """What a run ends with: sessions by status, violations by reason."""
+    by_status, by_reason = counts(spark, settings)
+    return [
+        f"silver: +{stats.input_rows:,} bronze records in {stats.batches} batches "
+        f"({stats.seconds:.1f}s)",
+        f"  sessions by status:   {_pairs(by_status)}",
+        f"  violations by reason: {_pairs(by_reason) or 'none'}",
+    ]
+
+
+def _pairs(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key}={value:,}" for key, value in counts.items())
 
 
 def live_state(spark: SparkSession, settings: Settings) -> DataFrame:
     """One row per session held in the silver checkpoint's state store, as of its last batch."""
-    checkpoint = settings.storage.checkpoint_uri(LAYER, "sessions_stream")
+    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     # RocksDB state is loaded through the state store coordinator, which Spark only starts
     # with the streaming query manager: touch it in a session that runs no stream.
     spark.streams.active  # noqa: B018

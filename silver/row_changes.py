@@ -6,23 +6,36 @@ order rebuilds `silver.session_rows`.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from typing import Any
 
+from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
 from silver import protocol
+from silver.session_machine import RowChange
 
-NAME = "silver.row_changes"
-COLUMNS = f"""
-    session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
-    op STRING NOT NULL, {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL, ordinal BIGINT NOT NULL,
-    event_time TIMESTAMP, batch_id BIGINT NOT NULL
-"""
+TABLE = TableSpec(
+    name="silver.row_changes",
+    grain="one row per table row changed by an accepted record",
+    columns=f"""
+        session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
+        op STRING NOT NULL, {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL,
+        ordinal BIGINT NOT NULL, event_time TIMESTAMP, batch_id BIGINT NOT NULL,
+        {LINEAGE_COLUMNS}
+    """,
+    writer="the silver stream",
+    change_feed=True,  # gold reads it incrementally
+)
+NAME = TABLE.name
 
 
-def select_row_changes(outputs: DataFrame, batch_id: int) -> DataFrame:
-    """One row per changed table row, `op` in insert | update | delete | snapshot."""
-    return outputs.where(F.col("output") == "change").select(
-        "session_id", "sensor_id", "row_id", "op", *protocol.VALUE_NAMES, "seq", "ordinal",
-        F.timestamp_micros("event_time").alias("event_time"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
-    )  # fmt: skip
+def row(change: RowChange) -> dict[str, Any]:
+    """A change's columns; `op` is insert | update | delete | snapshot."""
+    return {
+        "session_id": change.session_id,
+        "sensor_id": change.sensor_id,
+        "row_id": change.row_id,
+        "op": change.op,
+        **(change.values or {}),
+        "seq": change.seq,
+        "event_time": change.event_time,
+        **change.lineage.columns(),
+    }

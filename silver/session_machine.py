@@ -63,6 +63,9 @@ class Lineage:
     partition: int
     offset: int
 
+    def columns(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "offset": self.offset}
+
 
 @dataclass(frozen=True)
 class Record:

@@ -1,21 +1,33 @@
-"""silver.state_transitions: one row per record of a traced session — the state before and
+"""silver.state_transitions: one row per record of a traced session: the state before and
 after it (`--trace`), for finding where a reconstruction went wrong."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import json
+from typing import Any
 
-NAME = "silver.state_transitions"
-COLUMNS = """
-    session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL, action STRING NOT NULL,
-    before STRING, after STRING, batch_id BIGINT NOT NULL
-"""
+from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from silver.session_machine import Transition
+
+TABLE = TableSpec(
+    name="silver.state_transitions",
+    grain="one row per record of a traced session",
+    columns=f"""
+        session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL, action STRING NOT NULL,
+        before STRING, after STRING, batch_id BIGINT NOT NULL, {LINEAGE_COLUMNS}
+    """,
+    writer="the silver stream",
+)
+NAME = TABLE.name
 
 
-def select_transitions(outputs: DataFrame, batch_id: int) -> DataFrame:
-    """One row per traced transition; `before`/`after` are JSON summaries of the session."""
-    return outputs.where(F.col("output") == "transition").select(
-        "session_id", "seq", "ordinal", "action", "before", "after",
-        F.lit(batch_id).cast("bigint").alias("batch_id"), "topic", "partition", "offset",
-    )  # fmt: skip
+def row(transition: Transition) -> dict[str, Any]:
+    """A transition's columns; `before`/`after` are JSON summaries of the session."""
+    return {
+        "session_id": transition.session_id,
+        "seq": transition.seq,
+        "action": transition.action,
+        "before": json.dumps(transition.before),
+        "after": json.dumps(transition.after),
+        **transition.lineage.columns(),
+    }

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.kafka_broker import EmbeddedKafka
-from lakehouse.metastore import EmbeddedMetastore
+from lakehouse.services.kafka import EmbeddedKafka
+from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
 from tests.support import METASTORE_ENV, settings_for
 

@@ -17,9 +17,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT, quality
+from lakehouse import PROJECT_ROOT
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
+from lakehouse.quality import gates
+from lakehouse.settings import StorageSettings
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -74,9 +76,9 @@ def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
     return as_tuples(spark.read.format("delta").load(path).collect())
 
 
-def quarantined_rows(spark: SparkSession, root: str) -> list[Row]:
-    return quality.quarantined_rows(
-        spark, root, sensor_records.NAME, sensor_records.COLUMNS
+def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
+    return gates.quarantined_rows(
+        spark, storage, sensor_records.NAME, sensor_records.TABLE.columns
     ).collect()
 
 
@@ -105,8 +107,8 @@ def test_bronze_holds_every_record_exactly_once_byte_for_byte(
 
     sensor_records.run(spark, settings)
 
-    rows = bronze_rows(spark, settings.storage.table_uri("bronze", "sensor_records"))
-    quarantined = quarantined_rows(spark, settings.storage.root)
+    rows = bronze_rows(spark, settings.storage.table_uri("bronze.sensor_records"))
+    quarantined = quarantined_rows(spark, settings.storage)
     caught = [r.expectation for r in quarantined]
     every = rows + as_tuples(quarantined)
     assert len(every) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
@@ -163,7 +165,7 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
     with pytest.raises(LakehouseError, match="no longer has offsets"):
         sensor_records.run(spark, settings)
 
-    path = settings.storage.table_uri("bronze", "sensor_records")
+    path = settings.storage.table_uri("bronze.sensor_records")
     assert spark.read.format("delta").load(path).count() == first.records
 
 
@@ -220,7 +222,7 @@ def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     # what the suite quarantines is bronze's too: between them, every record once
     rows = bronze_rows(spark, table.as_uri())
-    rows += as_tuples(quarantined_rows(spark, (tmp_path / "lake").as_uri()))
+    rows += as_tuples(quarantined_rows(spark, StorageSettings((tmp_path / "lake").as_uri(), "")))
     assert len(rows) == report.records
     assert len({r[:3] for r in rows}) == report.records
     assert set(rows) == consume_all(kafka_bootstrap, prefix)

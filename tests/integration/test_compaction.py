@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from gold.models import MODELS
 from lakehouse import PROJECT_ROOT, catalog
 from lakehouse.compaction import compact, snapshot, storage
 from lakehouse.errors import LakehouseError
-from lakehouse.models import run_models
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
 from silver import reconstruct
@@ -45,7 +45,7 @@ def small_files_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFacto
     s = settings_for(root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="2",
                      quality__validate_streams="false",
                      compact__min_retention_hours="0")  # fmt: skip
-    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
     for spec in INCREMENTS[:2]:
         for sensor in range(2):  # one commit per sensor: several files for silver to read
             bronze.append(replace(spec, sensors=1, first_sensor=sensor + 1))
@@ -63,7 +63,7 @@ def test_compaction_keeps_every_answer_and_leaves_fewer_files(
     bronze = tables["bronze.sensor_records"]
     bronze_storage = storage(spark, bronze)
 
-    results = {r.table: r for r in compact(spark, s, retention_hours=0)}
+    results = {r.table: r for r in compact(spark, s, READERS, retention_hours=0)}
 
     assert contents(spark, s) == before
     assert set(results) == set(tables)
@@ -84,7 +84,7 @@ def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
     spark: SparkSession, small_files_lake: Settings
 ) -> None:
     s = small_files_lake
-    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
     bronze.next_offset.update({("sensors.sensor-001", p): 10_000 for p in range(2)})
     bronze.append(replace(BASE, seed=9, sensors=1, sessions_per_sensor=1))
     reconstruct.run(spark, s)  # silver moves on; gold has not read it yet
@@ -93,11 +93,11 @@ def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
 
     with pytest.raises(LakehouseError, match=r"refusing to VACUUM silver\.\w+ .*: gold\.\w+ has "
                        r"not read its versions from \d+ on.*nothing was compacted"):  # fmt: skip
-        compact(spark, s, retention_hours=0)
+        compact(spark, s, READERS, retention_hours=0)
 
     assert {name: snapshot(spark, location) for name, location in tables.items()} == files
     run_models(spark, s.storage, MODELS)
-    assert compact(spark, s, ["silver.row_changes"], retention_hours=0)
+    assert compact(spark, s, READERS, ["silver.row_changes"], retention_hours=0)
 
 
 def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
@@ -131,9 +131,9 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
             target=produce, args=(more, kafka_bootstrap), kwargs={"rate": 250}
         )
         producer.start()
-        compactions = [compact(spark, s, echo=lambda _: None) for _ in range(2)]
+        compactions = [compact(spark, s, READERS, echo=lambda _: None) for _ in range(2)]
         producer.join()
-        bronze = s.storage.table_uri("bronze", "sensor_records")
+        bronze = s.storage.table_uri("bronze.sensor_records")
         expected = sent + sum(1 for _ in generate_traffic(more))
         _wait(lambda: spark.read.format("delta").load(bronze).count() == expected, "bronze")
     finally:

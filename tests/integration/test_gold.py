@@ -18,8 +18,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze import sensor_records
 from gold import sensor_daily, sensor_hourly, session_summary
-from gold.models import MODELS
-from lakehouse.models import run_models
+from lakehouse import delta
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, generate_traffic
 from lakehouse.settings import Settings
 from silver import reconstruct, row_changes, sessions, violations
@@ -47,7 +48,7 @@ class Bronze:
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.spark, self.path = spark, path
         self.next_offset: dict[tuple[str, int], int] = defaultdict(int)
-        sensor_records.create_table(spark, path)
+        delta.create(spark, sensor_records.TABLE, path)
 
     def append(self, spec: TrafficSpec) -> None:
         now = datetime.now(UTC)
@@ -68,8 +69,7 @@ def lake_settings(root: Path) -> Settings:
 
 
 def table(spark: SparkSession, s: Settings, name: str) -> DataFrame:
-    layer, table_name = name.split(".")
-    return spark.read.format("delta").load(s.storage.table_uri(layer, table_name))
+    return spark.read.format("delta").load(s.storage.table_uri(name))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def incremental_lake(
 ) -> tuple[Settings, list[dict[str, Any]]]:
     """Three increments through bronze, silver and gold, gold incremental after the first."""
     s = lake_settings(tmp_path_factory.mktemp("gold"))
-    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
     hours_seen = []
     for spec in INCREMENTS:
         bronze.append(spec)
@@ -193,7 +193,7 @@ def test_incremental_runs_equal_a_full_refresh_even_after_late_records(
     spark: SparkSession, incremental_lake: tuple[Settings, list[dict[str, Any]]]
 ) -> None:
     s, hours_seen = incremental_lake
-    runs = spark.read.format("delta").load(s.storage.table_uri("gold", "model_runs"))
+    runs = spark.read.format("delta").load(s.storage.table_uri("gold.model_runs"))
     modes = [(r.model, r.mode) for r in runs.orderBy("started_at").collect()]
     assert modes.count(("gold.sensor_hourly", "incremental")) == len(INCREMENTS) - 1
     # The late increment changed hours the first run had aggregated.

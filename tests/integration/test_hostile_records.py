@@ -23,8 +23,8 @@ from pyspark.sql import SparkSession
 
 from bronze import sensor_records
 from gold import sensor_hourly
-from gold.models import MODELS
-from lakehouse.models import run_models
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, create_topics, generate_traffic
 from silver import reconstruct, row_changes, sessions, violations
 from tests.integration.test_gold import assert_gold_equals_pandas_from_silver, table

@@ -12,22 +12,26 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT, quality
-from lakehouse.quality import BatchGate, QualityError, Validator
-from lakehouse.streaming import Txn
-from lakehouse.suites import load_suites
+from lakehouse import PROJECT_ROOT
+from lakehouse.delta import Txn
+from lakehouse.quality import gates
+from lakehouse.quality.gates import BatchGate, QualityError, Validator
+from lakehouse.quality.suites import load_suites
+from lakehouse.settings import StorageSettings
 from silver import row_changes, session_rows, sessions, violations
-from silver.tables import LINEAGE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 SCHEMAS = {
-    "bronze.sensor_records": sensor_records.COLUMNS,
-    "silver.row_changes": f"{row_changes.COLUMNS}, {LINEAGE_COLUMNS}",
-    "silver.sessions": f"{sessions.COLUMNS}, {LINEAGE_COLUMNS}",
-    "silver.violations": f"{violations.COLUMNS}, {LINEAGE_COLUMNS}",
-    "silver.session_rows": f"{session_rows.COLUMNS}, {LINEAGE_COLUMNS}",
+    spec.name: spec.columns
+    for spec in (
+        sensor_records.TABLE,
+        row_changes.TABLE,
+        sessions.TABLE,
+        violations.TABLE,
+        session_rows.TABLE,
+    )
 }
 
 
@@ -127,8 +131,8 @@ def frame(spark: SparkSession, table: str, rows: list[dict[str, Any]]) -> DataFr
     return spark.createDataFrame(rows, SCHEMAS[table].replace(" NOT NULL", "")).persist()
 
 
-def gate(validator: Validator, root: str, table: str, batch_id: int) -> BatchGate:
-    return BatchGate(validator, root, table.split(".")[0], Txn("test", batch_id), "run-1")
+def gate(validator: Validator, storage: StorageSettings, table: str, batch_id: int) -> BatchGate:
+    return BatchGate(validator, storage, table.split(".")[0], Txn("test", batch_id), "run-1")
 
 
 @pytest.mark.parametrize("table", sorted(SCHEMAS))
@@ -151,15 +155,15 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     severity: str,
     mutate: Callable[[list[dict[str, Any]]], None],
 ) -> None:
-    root = tmp_path.as_uri()
+    storage = StorageSettings(tmp_path.as_uri(), "")
     layer = table.split(".")[0]
-    quality.create_tables(spark, root, [layer])
+    gates.create_tables(spark, storage, [layer])
     rows = good_rows(table)
     mutate(rows)
     batch = frame(spark, table, rows)
     assert validator.suites[table].check(expectation).severity == severity
 
-    batch_gate = gate(validator, root, table, 0)
+    batch_gate = gate(validator, storage, table, 0)
     admitted = batch_gate.admit(batch, table)
     if severity == "fail":
         with pytest.raises(QualityError, match=f"{table} batch 0: expectation {expectation}"):
@@ -167,14 +171,14 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     else:
         batch_gate.commit()
 
-    results = spark.read.format("delta").load(quality.results_uri(root))
+    results = spark.read.format("delta").load(storage.table_uri(gates.RESULTS.name))
     failed = {r.expectation for r in results.where("NOT success").collect()}
     assert failed == {expectation}
-    quarantine = spark.read.format("delta").load(f"{root}/{layer}/quarantine").collect()
+    quarantine = spark.read.format("delta").load(storage.table_uri(f"{layer}.quarantine")).collect()
     if severity == "quarantine":
         assert admitted.count() == len(rows) - 1
         assert [r.expectation for r in quarantine] == [expectation]
-        (restored,) = quality.quarantined_rows(spark, root, table, SCHEMAS[table]).collect()
+        (restored,) = gates.quarantined_rows(spark, storage, table, SCHEMAS[table]).collect()
         assert restored.asDict() == {**batch.exceptAll(admitted).first().asDict(),
                                      "expectation": expectation}  # fmt: skip
     else:
@@ -200,7 +204,7 @@ def test_a_failed_fail_expectation_names_the_first_offending_record(
 ) -> None:
     rows = good_rows(table)
     mutate(rows)
-    batch_gate = gate(validator, tmp_path.as_uri(), table, 0)
+    batch_gate = gate(validator, StorageSettings(tmp_path.as_uri(), ""), table, 0)
     batch_gate.admit(frame(spark, table, rows), table)
 
     with pytest.raises(QualityError) as error:
@@ -213,17 +217,17 @@ def test_a_failed_fail_expectation_names_the_first_offending_record(
 def test_a_replayed_batch_records_its_results_and_quarantine_once(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:
-    root, table = tmp_path.as_uri(), "bronze.sensor_records"
-    quality.create_tables(spark, root, ["bronze"])
+    storage, table = StorageSettings(tmp_path.as_uri(), ""), "bronze.sensor_records"
+    gates.create_tables(spark, storage, ["bronze"])
     rows = good_rows(table)
     change(2, key=None)(rows)
     batch = frame(spark, table, rows)
 
     for _ in range(2):  # the same micro-batch again, as after a crash before commit
-        batch_gate = gate(validator, root, table, 5)
+        batch_gate = gate(validator, storage, table, 5)
         batch_gate.admit(batch, table)
         batch_gate.commit()
 
-    results = spark.read.format("delta").load(quality.results_uri(root))
+    results = spark.read.format("delta").load(storage.table_uri(gates.RESULTS.name))
     assert results.count() == len(validator.suites[table].checks)
-    assert spark.read.format("delta").load(f"{root}/bronze/quarantine").count() == 1
+    assert spark.read.format("delta").load(storage.table_uri("bronze.quarantine")).count() == 1

@@ -13,11 +13,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse import quality
-from lakehouse.checks import build_data_docs, check_tables
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import TrafficSpec, produce
-from lakehouse.s3_server import EmbeddedS3
+from lakehouse.quality import gates
+from lakehouse.quality.checks import build_data_docs, check_tables
+from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.browser import render
@@ -53,7 +53,7 @@ def faulty_lake(
 
 def failed_in(spark: SparkSession, settings: Settings, mode: str) -> dict[tuple[str, str], int]:
     """(table, expectation) -> unexpected rows (quarantined rows in streams), failures only."""
-    results = spark.read.format("delta").load(quality.results_uri(settings.storage.root))
+    results = spark.read.format("delta").load(settings.storage.table_uri(gates.RESULTS.name))
     count = "quarantined" if mode == "stream" else "unexpected_count"
     rows = (
         results.where((F.col("mode") == mode) & ~F.col("success"))
@@ -68,8 +68,8 @@ def test_bronze_quarantines_exactly_the_records_the_protocol_forbids(
     spark: SparkSession, faulty_lake: tuple[Path, Settings]
 ) -> None:
     _, settings = faulty_lake
-    quarantined = quality.quarantined_rows(
-        spark, settings.storage.root, sensor_records.NAME, sensor_records.COLUMNS
+    quarantined = gates.quarantined_rows(
+        spark, settings.storage, sensor_records.NAME, sensor_records.TABLE.columns
     )
 
     counts = quarantined.groupBy("expectation").count().collect()
@@ -158,7 +158,7 @@ def test_a_failing_fail_expectation_stops_the_stream_and_the_rerun_after_a_fix_l
     suite.write_text(json.dumps({"table": "bronze.sensor_records", "row_key": ["topic"],
                                  "expectations": [entry]}))  # fmt: skip
     settings = settings_for(tmp_path, kafka_bootstrap, prefix, quality__suites=str(suites))
-    table = settings.storage.table_uri("bronze", "sensor_records")
+    table = settings.storage.table_uri("bronze.sensor_records")
 
     with pytest.raises(LakehouseError) as stopped:
         sensor_records.run(spark, settings)

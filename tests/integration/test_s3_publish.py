@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse import s3_client
 from lakehouse.errors import LakehouseError
-from lakehouse.publish import publish_site
-from lakehouse.s3_server import EmbeddedS3
+from lakehouse.quality.publish import publish_site
+from lakehouse.services import s3 as s3_service
+from lakehouse.services.s3 import EmbeddedS3
 from tests.browser import render
 from tests.support import overrides, run_lakehouse, settings_for
 
@@ -49,7 +49,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
 
 
 def client(server: EmbeddedS3, secret: str | None = None) -> Any:
-    endpoint = server.endpoint()
+    endpoint = server.address()
     assert endpoint is not None
     return EmbeddedS3(server.home, server.access_key, secret or server.secret_key).client(endpoint)
 
@@ -81,7 +81,7 @@ def test_a_missing_bucket_is_one_line_naming_bucket_and_endpoint(
     with pytest.raises(LakehouseError) as error:
         publish_site(write_site(tmp_path), "s3://no-such-bucket/docs", client(s3))
 
-    assert str(error.value) == f"cannot publish: no bucket 'no-such-bucket' at {s3.endpoint()}"
+    assert str(error.value) == f"cannot publish: no bucket 'no-such-bucket' at {s3.address()}"
 
 
 @pytest.mark.parametrize("destination", ["http://reports/docs", "s3://", "reports/docs"])
@@ -98,7 +98,7 @@ def test_a_wrong_secret_is_one_line_saying_so(s3: EmbeddedS3, tmp_path: Path) ->
 
     message = str(error.value)
     assert "\n" not in message
-    assert message.startswith(f"cannot publish to bucket 'reports' at {s3.endpoint()}:")
+    assert message.startswith(f"cannot publish to bucket 'reports' at {s3.address()}:")
     assert "403" in message or "SignatureDoesNotMatch" in message or "Forbidden" in message
 
 
@@ -106,10 +106,10 @@ def test_a_restarted_server_keeps_its_endpoint_and_its_objects(
     s3: EmbeddedS3, tmp_path: Path
 ) -> None:
     publish_site(write_site(tmp_path), "s3://reports/kept", client(s3))
-    before = s3.endpoint()
+    before = s3.address()
 
     s3.stop()
-    assert s3.endpoint() is None
+    assert s3.address() is None
     after = s3.start()
 
     assert after == before
@@ -130,7 +130,7 @@ def test_a_published_page_served_over_http_runs_its_script_in_a_browser(
     (site / "js" / "fill.js").write_text(
         'document.getElementById("out").textContent = ["filled", "by", "script"].join("-");'
     )
-    endpoint = s3.endpoint()
+    endpoint = s3.address()
     client(s3).create_bucket(Bucket="site")
     publish_site(site, "s3://site/page", client(s3))
     url = f"{endpoint}/site/page/index.html"
@@ -161,7 +161,7 @@ def test_the_cli_starts_the_server_with_its_buckets_reports_it_and_stops_it(
     try:
         started = run_lakehouse("s3", "start", "--bucket", "reports", "--bucket", "logs", env=env)
         running = run_lakehouse("s3", "status", env=env)
-        buckets = s3_client.client(settings).list_buckets()["Buckets"]
+        buckets = s3_service.client(settings).list_buckets()["Buckets"]
     finally:
         stopped = run_lakehouse("s3", "stop", env=env)
     after = run_lakehouse("s3", "status", env=env)
@@ -172,4 +172,4 @@ def test_the_cli_starts_the_server_with_its_buckets_reports_it_and_stops_it(
     assert stopped.stdout == "S3 server stopped\n"
     assert (after.returncode, after.stdout) == (3, "not running\n")
     with pytest.raises(LakehouseError, match="embedded S3 server is not running"):
-        s3_client.resolve_endpoint(settings)
+        s3_service.resolve_endpoint(settings)

@@ -36,7 +36,7 @@ def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
     """The silver tables in the reference's shape."""
 
     def table(name: str):  # type: ignore[no-untyped-def]
-        return spark.read.format("delta").load(s.storage.table_uri("silver", name)).collect()
+        return spark.read.format("delta").load(s.storage.table_uri(f"silver.{name}")).collect()
 
     found = reference.Expected()
     for r in table("session_rows"):
@@ -107,7 +107,7 @@ def test_silver_equals_the_reference_for_any_split_into_micro_batches(
     records = kafka_records(small_spec(seed, dict(faults)))
     write_bronze(
         spark,
-        s.storage.table_uri("bronze", "sensor_records"),
+        s.storage.table_uri("bronze.sensor_records"),
         records,
         commits,
         random.Random(seed),
@@ -158,7 +158,7 @@ def test_faults_from_the_broker_become_violations_by_reason(
     # strict mode: a reorder shows as a gap, and so does the seq a truncated value took with
     # it, and the seq of a record the bronze suite quarantined (null key, oversize value)
     assert primary == {"gap": 6, "duplicate": 2, "unparsable": 1, "invalid": 2}
-    bronze = spark.read.format("delta").load(s.storage.table_uri("bronze", "sensor_records"))
+    bronze = spark.read.format("delta").load(s.storage.table_uri("bronze.sensor_records"))
     admitted = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in bronze.collect()]
     assert len(admitted) == len(consume_all(kafka_bootstrap, prefix)) - 2
     assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
@@ -180,7 +180,7 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
     faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
     records = kafka_records(small_spec(21, faults, sessions_per_sensor=4, updates_per_session=40))
     rng = random.Random(21)
-    write_bronze(spark, s.storage.table_uri("bronze", "sensor_records"), records, 12, rng)
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 12, rng)
     commits = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "commits"
     for kill in range(3):
         job = subprocess.Popen(
@@ -216,9 +216,7 @@ def test_fail_policy_stops_the_job_with_one_line_naming_session_and_offset(
     env = overrides(tmp_path, "127.0.0.1:9", "sensors.", silver__integrity=rule)
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
     records = kafka_records(small_spec(3, {"gap": 1}, sensors=1, sessions_per_sensor=1))
-    write_bronze(
-        spark, s.storage.table_uri("bronze", "sensor_records"), records, 1, random.Random(3)
-    )
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 1, random.Random(3))
 
     result = run_lakehouse("run", "silver", env=env)
 
@@ -235,15 +233,13 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
     env = overrides(tmp_path, "127.0.0.1:9", "sensors.")
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
     records = kafka_records(small_spec(4, {"gap": 1}, sensors=1, sessions_per_sensor=2))
-    write_bronze(
-        spark, s.storage.table_uri("bronze", "sensor_records"), records, 1, random.Random(4)
-    )
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 1, random.Random(4))
     traced = sorted({reference.session_of(v) for *_, v in records})[0]
     assert traced is not None
 
     reconstruct.run(spark, s, trace=frozenset({traced}))
 
-    path = s.storage.table_uri("silver", "state_transitions")
+    path = s.storage.table_uri("silver.state_transitions")
     steps = spark.read.format("delta").load(path).orderBy("offset").collect()
     assert {r.session_id for r in steps} == {traced}
     assert len(steps) == sum(1 for *_, v in records if reference.session_of(v) == traced)
@@ -259,7 +255,7 @@ def test_state_schema_change_against_an_old_checkpoint_says_what_to_do(
     from lakehouse.errors import LakehouseError
 
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
-    path = s.storage.table_uri("bronze", "sensor_records")
+    path = s.storage.table_uri("bronze.sensor_records")
     write_bronze(spark, path, kafka_records(small_spec(8, {}, sensors=1)), 1, random.Random(8))
     reconstruct.run(spark, s)
     write_bronze(spark, path, kafka_records(small_spec(9, {}, sensors=1)), 1, random.Random(9))

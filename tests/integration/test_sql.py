@@ -15,9 +15,10 @@ import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from gold.models import MODELS
-from lakehouse import PROJECT_ROOT, services
-from lakehouse.models import run_models
+from lakehouse import PROJECT_ROOT
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
+from lakehouse.services import process
 from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.integration.test_gold import INCREMENTS, Bronze
@@ -35,7 +36,7 @@ def gold_lake(
     """Gold built twice (two versions), its tables registered by the jobs that wrote them."""
     root = tmp_path_factory.mktemp("sql")
     s = settings_for(root, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
-    bronze = Bronze(spark, s.storage.table_uri("bronze", "sensor_records"))
+    bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
     for spec in INCREMENTS[:2]:
         bronze.append(spec)
         reconstruct.run(spark, s)
@@ -110,14 +111,14 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
     spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]]
 ) -> None:
     _, env = gold_lake
-    port = services.free_port()
+    port = process.free_port()
     server = subprocess.Popen(
         lakehouse_command("sql-server", "--port", str(port)), env={**os.environ, **env},
         cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 180
-        while services.free(port):
+        while process.free(port):
             assert server.poll() is None, server.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the SQL server did not listen"
             time.sleep(0.5)

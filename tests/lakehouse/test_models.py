@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gold.models import MODELS
 from lakehouse.errors import LakehouseError
-from lakehouse.models import Model, dependency_order, select
+from lakehouse.incremental import Model, dependency_order, select
+from lakehouse.pipeline import MODELS
+from lakehouse.tables import TableSpec
 
 
 def names(models: list[Model]) -> list[str]:
@@ -14,7 +15,8 @@ def names(models: list[Model]) -> list[str]:
 
 
 def model(name: str, *reads: str) -> Model:
-    return Model(name, reads, ("k",), "k INT", (), print, print, print)  # type: ignore[arg-type]
+    return Model(TableSpec(name, "one row per k", "k INT", "test"), reads, ("k",), print, print,
+                 print)  # type: ignore[arg-type]  # fmt: skip
 
 
 def test_models_run_after_the_models_they_read() -> None:

@@ -28,7 +28,7 @@ def test_local_target_is_the_embedded_default() -> None:
     assert settings.target == "local"
     assert settings.kafka.bootstrap_servers == "embedded"
     assert settings.storage.root == (PROJECT_ROOT / ".state" / "lake").as_uri()
-    assert settings.storage.table_uri("bronze", "sensor_records").endswith(
+    assert settings.storage.table_uri("bronze.sensor_records").endswith(
         "/.state/lake/bronze/sensor_records"
     )
 
@@ -88,7 +88,7 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
     settings = load_settings("cluster", environ=variables)
     assert settings.spark.master == "spark://master:7077"
     assert settings.storage.root == "s3a://lake/lakehouse"
-    assert settings.storage.checkpoint_uri("bronze", "sensor_records") == (
+    assert settings.storage.checkpoint_uri("bronze.sensor_records") == (
         "s3a://lake/lakehouse/_checkpoints/bronze/sensor_records"
     )
     assert 'password="p4ss"' in settings.kafka.options["sasl.jaas.config"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.suites import QUARANTINABLE, SuiteError, load_suite, load_suites
+from lakehouse.quality.suites import QUARANTINABLE, SuiteError, load_suite, load_suites
 
 GOOD_ENTRY = {
     "name": "key_present",

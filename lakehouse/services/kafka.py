@@ -1,4 +1,5 @@
-"""An embedded Apache Kafka broker (KRaft, combined broker + controller) on 127.0.0.1.
+"""Kafka: where it is and whether it answers, and an embedded broker (KRaft, combined
+broker + controller) on 127.0.0.1.
 
 It runs from the jars `make setup` resolved, as a separate JVM with its data, log, pid and
 bootstrap address under `<local_state>/kafka/`. It exists for the demo and the tests; a
@@ -14,9 +15,12 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from lakehouse import jars, services
-from lakehouse.errors import LakehouseError
+from lakehouse import jars
+from lakehouse.errors import LakehouseError, explain
+from lakehouse.services import process
+from lakehouse.settings import EMBEDDED, Settings
 
 _LOG4J2 = """\
 status = warn
@@ -37,6 +41,7 @@ logger.apache.level = WARN
 class EmbeddedKafka:
     """The broker whose files live in `home`; stateless itself, so any process can stop it."""
 
+    title: ClassVar[str] = "Kafka broker"
     home: Path
 
     @classmethod
@@ -47,7 +52,7 @@ class EmbeddedKafka:
     def log_file(self) -> Path:
         return self.home / "broker.log"
 
-    def bootstrap(self) -> str | None:
+    def address(self) -> str | None:
         """`127.0.0.1:port` while the broker runs, else None."""
         pid = self._pid()
         address = self.home / "bootstrap"
@@ -57,7 +62,7 @@ class EmbeddedKafka:
 
     def start(self, timeout_s: float = 90.0) -> str:
         """Start the broker unless it runs; return its bootstrap address once it serves."""
-        running = self.bootstrap()
+        running = self.address()
         if running:
             return running
         self.home.mkdir(parents=True, exist_ok=True)
@@ -69,7 +74,7 @@ class EmbeddedKafka:
             self._java("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
                        "-c", str(properties))  # fmt: skip
         address = f"127.0.0.1:{port}"
-        services.launch(
+        process.launch(
             "Kafka broker",
             self._java_command("kafka.Kafka", str(properties)),
             self.home / "broker.pid",
@@ -83,15 +88,15 @@ class EmbeddedKafka:
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""
         (self.home / "bootstrap").unlink(missing_ok=True)
-        return services.stop(self.home / "broker.pid", timeout_s)
+        return process.stop(self.home / "broker.pid", timeout_s)
 
     def _pid(self) -> int | None:
-        return services.running_pid(self.home / "broker.pid")
+        return process.running_pid(self.home / "broker.pid")
 
     def _ports(self) -> tuple[int, int]:
         # A restarted broker keeps its ports, so clients and checkpoints that know the
         # address find it again.
-        port, controller = services.kept_ports(self.home / "ports", 2)
+        port, controller = process.kept_ports(self.home / "ports", 2)
         return port, controller
 
     def _java_command(self, main_class: str, *args: str) -> list[str]:
@@ -107,7 +112,7 @@ class EmbeddedKafka:
             self._java_command(main_class, *args), capture_output=True, text=True
         )
         if result.returncode != 0:
-            raise LakehouseError(f"{main_class} failed: {result.stderr.strip()[-300:]}")
+            raise LakehouseError(f"{main_class} failed: {explain(result.stderr)}")
 
 
 def _server_properties(data: Path, port: int, controller_port: int) -> str:
@@ -146,3 +151,35 @@ def _serves(address: str) -> bool:
     except Exception:
         return False
     return True
+
+
+def resolve_bootstrap(settings: Settings) -> str:
+    """The configured bootstrap servers, or the running embedded broker's address."""
+    if settings.kafka.bootstrap_servers != EMBEDDED:
+        return settings.kafka.bootstrap_servers
+    broker = EmbeddedKafka.under(settings.storage.local_state_dir)
+    address = broker.address()
+    if address is None:
+        raise LakehouseError(
+            f"the embedded Kafka broker is not running (state in {broker.home}); "
+            "start it with `lakehouse kafka start`"
+        )
+    return address
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
+    """Fail fast with one line when no bootstrap server accepts a connection.
+
+    Without this a Kafka source retries for minutes before Spark reports a timeout.
+    """
+    failures = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+            return
+        except OSError as error:
+            failures.append(f"{server.strip()} ({error.strerror or error})")
+        except ValueError:
+            failures.append(f"{server.strip()} (not host:port)")
+    raise LakehouseError(f"Kafka is unreachable: {'; '.join(failures)}")

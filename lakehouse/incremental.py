@@ -1,9 +1,12 @@
-"""Batch models (gold): declared inputs, dependency order, selection, incremental runs.
+"""Batch models (gold): declared where they are written, run in dependency order, incrementally.
 
-A `Model` is a table computed from other tables. It declares what it reads, its grain
-(`key`), and three pure functions: how to build it from its inputs, which keys a set of
-input changes touches, and how to narrow the inputs to those keys. The runner then does
-what dbt's incremental models do, with Delta's versions as the bookmark:
+A model is a table computed from other tables, declared by `@model` on the function that
+builds it: what it reads, its grain (`key`), its columns, and two more pure functions:
+which keys a set of input changes touches, and how to narrow the inputs to those keys.
+The table is named after the function (`gold.sensor_hourly` is built by `sensor_hourly`
+in `gold/sensor_hourly.py`), and models are found by scanning their package, so a new
+model is one new file. The runner does what dbt's incremental models do, with Delta's
+versions as the bookmark:
 
 - a full refresh builds the whole table from its inputs as of pinned versions;
 - an incremental run reads each input's change data feed since the versions the last
@@ -17,47 +20,93 @@ Every run appends a row to `gold.model_runs` with the versions it processed.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import ModuleType
+from typing import TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog
+from lakehouse import catalog, delta
+from lakehouse.console import echo
 from lakehouse.errors import LakehouseError
-from lakehouse.quality import new_run_id
+from lakehouse.quality.gates import new_run_id
 from lakehouse.settings import StorageSettings
-from lakehouse.streaming import retry_on_conflict
+from lakehouse.tables import TableSpec
 
-RUNS = "gold.model_runs"
-RUN_COLUMNS = """
-    run_id STRING NOT NULL, model STRING NOT NULL, mode STRING NOT NULL,
-    source_versions MAP<STRING, BIGINT> NOT NULL, source_ids MAP<STRING, STRING> NOT NULL,
-    changed_keys BIGINT, rows_written BIGINT NOT NULL, started_at TIMESTAMP NOT NULL,
-    seconds DOUBLE NOT NULL
-"""
+RUNS = TableSpec(
+    name="gold.model_runs",
+    grain="one row per model per run",
+    columns="""
+        run_id STRING NOT NULL, model STRING NOT NULL, mode STRING NOT NULL,
+        source_versions MAP<STRING, BIGINT> NOT NULL, source_ids MAP<STRING, STRING> NOT NULL,
+        changed_keys BIGINT, rows_written BIGINT NOT NULL, started_at TIMESTAMP NOT NULL,
+        seconds DOUBLE NOT NULL
+    """,
+    writer="lakehouse run gold",
+)
 
-Tables = Mapping[str, DataFrame]
+Build = TypeVar("Build", bound=Callable[..., DataFrame])
 
 
 @dataclass(frozen=True)
 class Model:
-    """A table computed from `reads`; one row per `key`."""
+    """A table computed from `reads`; one row per `key`. Each function takes its frames
+    in the order of `reads`."""
 
-    name: str
+    table: TableSpec
     reads: tuple[str, ...]
     key: tuple[str, ...]
-    columns: str
-    cluster_by: tuple[str, ...]
-    build: Callable[[Tables], DataFrame]
+    build: Callable[..., DataFrame]
     """The rows of the table from its inputs (pure)."""
-    changed_keys: Callable[[Tables], DataFrame]
+    changed_keys: Callable[..., DataFrame]
     """The keys whose rows the given input changes (change data feed rows) touch."""
-    narrow: Callable[[Tables, DataFrame], dict[str, DataFrame]]
-    """The inputs cut down to what the given keys' rows are computed from."""
+    narrow: Callable[..., tuple[DataFrame, ...]]
+    """`narrow(keys, *inputs)`: the inputs cut down to what those keys' rows come from."""
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+
+_DECLARED: dict[str, Model] = {}
+
+
+def model(
+    *,
+    reads: Sequence[str],
+    key: Sequence[str],
+    columns: str,
+    changed_keys: Callable[..., DataFrame],
+    narrow: Callable[..., tuple[DataFrame, ...]],
+    cluster_by: Sequence[str] | None = None,
+) -> Callable[[Build], Build]:
+    """Declare the decorated function as the build of the table named after it, in its
+    module's layer; its docstring's first line is the table's grain. The table is
+    clustered by `key` unless `cluster_by` says otherwise."""
+
+    def declare(build: Build) -> Build:
+        name = f"{build.__module__.split('.')[0]}.{build.__name__}"
+        grain = (build.__doc__ or name).strip().splitlines()[0]
+        table = TableSpec(name, grain, columns, writer="lakehouse run gold",
+                          cluster_by=tuple(cluster_by or key), change_feed=True)  # fmt: skip
+        _DECLARED[name] = Model(table, tuple(reads), tuple(key), build, changed_keys, narrow)
+        return build
+
+    return declare
+
+
+def declared_models(package: ModuleType) -> list[Model]:
+    """Every model declared in the modules of `package`, found by importing them all."""
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    prefix = f"{package.__name__}."
+    return [m for name, m in sorted(_DECLARED.items()) if name.startswith(prefix)]
 
 
 @dataclass(frozen=True)
@@ -132,10 +181,10 @@ def run_models(
     storage: StorageSettings,
     models: Sequence[Model],
     full_refresh: bool = False,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = echo,
 ) -> list[ModelRun]:
     """Run `models` (already in dependency order), each incrementally unless it cannot be."""
-    catalog.create_table(spark, RUNS, location(storage, RUNS), RUN_COLUMNS)
+    delta.create(spark, RUNS, storage.table_uri(RUNS.name))
     run_id = new_run_id()
     runs = []
     for model in models:
@@ -155,15 +204,13 @@ def run_model(
     spark: SparkSession, storage: StorageSettings, model: Model, full_refresh: bool = False
 ) -> ModelRun:
     started = time.monotonic()
-    target = location(storage, model.name)
-    sources = {name: pin(spark, name, location(storage, name)) for name in model.reads}
-    tables = {
-        name: spark.read.format("delta").option("versionAsOf", s.version).load(s.location)
-        for name, s in sources.items()
-    }
-    catalog.create_table(
-        spark, model.name, target, model.columns, catalog.CHANGE_FEED, model.cluster_by
-    )
+    target = storage.table_uri(model.name)
+    sources = {name: pin(spark, name, storage.table_uri(name)) for name in model.reads}
+    inputs = [
+        spark.read.format("delta").option("versionAsOf", s.version).load(s.location)
+        for s in sources.values()
+    ]
+    delta.create(spark, model.table, target)
     last = None if full_refresh else last_versions(spark, storage, model.name)
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
     run = ModelRun(model.name, "full", reason, sources=sources)
@@ -173,13 +220,13 @@ def run_model(
             run.mode = "unchanged"
             run.seconds = time.monotonic() - started
             return run
-        changes = {
-            name: changes_between(spark, s.location, last[name][0] + 1, s.version)
+        changes = [
+            changes_between(spark, s.location, last[name][0] + 1, s.version)
             if s.version > last[name][0]
-            else tables[name].limit(0)
-            for name, s in sources.items()
-        }
-        keys = model.changed_keys(changes).select(*model.key).distinct().persist()
+            else frame.limit(0)
+            for (name, s), frame in zip(sources.items(), inputs, strict=True)
+        ]
+        keys = model.changed_keys(*changes).select(*model.key).distinct().persist()
         try:
             run.changed_keys = keys.count()
         except Exception as error:  # Delta says "change data gone" in several ways
@@ -188,13 +235,13 @@ def run_model(
             run.reason = "the change data since the last run is no longer readable"
         else:
             run.mode = "incremental"
-            rows = model.build(model.narrow(tables, keys))
+            rows = model.build(*model.narrow(keys, *inputs))
             rows = conform(rows, model, spark.read.format("delta").load(target))
             run.rows_written = _merge(rows, target, model.key)
         finally:
             keys.unpersist()
     if run.mode == "full":
-        rows = conform(model.build(tables), model, spark.read.format("delta").load(target))
+        rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
         rows.write.format("delta").mode("overwrite").save(target)
         run.rows_written = spark.read.format("delta").load(target).count()
     run.seconds = time.monotonic() - started
@@ -206,11 +253,6 @@ def conform(rows: DataFrame, model: Model, target: DataFrame) -> DataFrame:
     if missing := [c for c in target.columns if c not in rows.columns]:
         raise LakehouseError(f"{model.name}: its build returns no column {', '.join(missing)}")
     return rows.select(*[F.col(f.name).cast(f.dataType) for f in target.schema.fields])
-
-
-def location(storage: StorageSettings, name: str) -> str:
-    layer, table = name.split(".", 1)
-    return storage.table_uri(layer, table)
 
 
 def pin(spark: SparkSession, name: str, uri: str) -> Source:
@@ -239,7 +281,7 @@ def last_versions(
     spark: SparkSession, storage: StorageSettings, model: str
 ) -> dict[str, tuple[int, str]] | None:
     """Source -> (version, table id) the model's last run processed; None if it never ran."""
-    runs = spark.read.format("delta").load(location(storage, RUNS))
+    runs = spark.read.format("delta").load(storage.table_uri(RUNS.name))
     last = runs.where(F.col("model") == model).orderBy(F.desc("started_at")).first()
     if last is None:
         return None
@@ -276,21 +318,11 @@ def _lost_changes(error: Exception) -> bool:
 
 def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
     """Upsert `rows` into the table at `target` by `key`; the number of rows upserted."""
-    spark = rows.sparkSession
     rows = rows.persist()
     try:
         count = rows.count()
         if count:
-            view = f"lakehouse_model_rows_{uuid.uuid4().hex[:8]}"
-            rows.createOrReplaceTempView(view)
-            on = " AND ".join(f"t.{k} <=> s.{k}" for k in key)
-            merge = f"""
-                MERGE INTO delta.`{target}` AS t USING {view} AS s ON {on}
-                WHEN MATCHED THEN UPDATE SET *
-                WHEN NOT MATCHED THEN INSERT *
-            """
-            retry_on_conflict(lambda: spark.sql(merge), target)
-            spark.catalog.dropTempView(view)
+            delta.merge(rows, target, key)
     finally:
         rows.unpersist()
     return count
@@ -303,6 +335,4 @@ def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: Mod
         {n: s.table_id for n, s in run.sources.items()},
         run.changed_keys, run.rows_written, datetime.now(UTC), run.seconds,
     )  # fmt: skip
-    spark.createDataFrame([row], RUN_COLUMNS).write.format("delta").mode("append").save(
-        location(storage, RUNS)
-    )
+    delta.append(spark.createDataFrame([row], RUNS.columns), storage.table_uri(RUNS.name))

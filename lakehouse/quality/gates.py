@@ -20,28 +20,42 @@ from typing import Any, Literal
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog
-from lakehouse.errors import LakehouseError
-from lakehouse.settings import QualitySettings
-from lakehouse.streaming import Txn, append
-from lakehouse.suites import QUARANTINABLE, Check, Suite, load_suites
+from lakehouse import catalog, delta
+from lakehouse.delta import Txn
+from lakehouse.errors import LakehouseError, explain
+from lakehouse.quality.suites import QUARANTINABLE, Check, Suite, load_suites
+from lakehouse.settings import QualitySettings, StorageSettings
+from lakehouse.tables import TableSpec
 
-RESULTS = ("quality", "expectation_results")
-RESULT_COLUMNS = """
-    run_id STRING NOT NULL, mode STRING NOT NULL, layer STRING NOT NULL,
-    table_name STRING NOT NULL, batch_id BIGINT, expectation STRING NOT NULL,
-    expectation_type STRING NOT NULL, severity STRING NOT NULL, success BOOLEAN NOT NULL,
-    observed_value STRING, unexpected_count BIGINT, element_count BIGINT,
-    quarantined BIGINT, validated_at TIMESTAMP NOT NULL
-"""
-QUARANTINE_TABLE = "quarantine"
-QUARANTINE_COLUMNS = """
-    table_name STRING NOT NULL, expectation STRING NOT NULL, row_json STRING NOT NULL,
-    topic STRING, partition INT, offset BIGINT, batch_id BIGINT NOT NULL,
-    quarantined_at TIMESTAMP NOT NULL
-"""
-"""One row per quarantined row: the whole row as JSON (binary columns base64, so bytes
-survive), the expectation that caught it, and its Kafka lineage to find it again."""
+RESULTS = TableSpec(
+    name="quality.expectation_results",
+    grain="one row per expectation run on a micro-batch or a table",
+    columns="""
+        run_id STRING NOT NULL, mode STRING NOT NULL, layer STRING NOT NULL,
+        table_name STRING NOT NULL, batch_id BIGINT, expectation STRING NOT NULL,
+        expectation_type STRING NOT NULL, severity STRING NOT NULL, success BOOLEAN NOT NULL,
+        observed_value STRING, unexpected_count BIGINT, element_count BIGINT,
+        quarantined BIGINT, validated_at TIMESTAMP NOT NULL
+    """,
+    writer="the bronze and silver streams and `lakehouse check`",
+)
+
+
+def quarantine(layer: str) -> TableSpec:
+    """`<layer>.quarantine`: one row per quarantined row: the whole row as JSON (binary
+    columns base64, so bytes survive), the expectation that caught it, and its Kafka
+    lineage to find it again."""
+    return TableSpec(
+        name=f"{layer}.quarantine",
+        grain="one row per row a suite quarantined",
+        columns="""
+            table_name STRING NOT NULL, expectation STRING NOT NULL, row_json STRING NOT NULL,
+            topic STRING, partition INT, offset BIGINT, batch_id BIGINT NOT NULL,
+            quarantined_at TIMESTAMP NOT NULL
+        """,
+        writer=f"the {layer} stream",
+    )
+
 
 _BATCH_VIEW = "lakehouse_quality_batch"
 
@@ -84,17 +98,9 @@ class Outcome:
         return f"{self.check.name} ({self.check.severity})" + (f": {found}" if found else "")
 
 
-def create_tables(spark: SparkSession, root: str, layers: Sequence[str]) -> None:
-    catalog.create_table(spark, ".".join(RESULTS), results_uri(root), RESULT_COLUMNS)
-    for layer in layers:
-        catalog.create_table(
-            spark, f"{layer}.{QUARANTINE_TABLE}", f"{root}/{layer}/{QUARANTINE_TABLE}",
-            QUARANTINE_COLUMNS,
-        )  # fmt: skip
-
-
-def results_uri(root: str) -> str:
-    return f"{root}/{RESULTS[0]}/{RESULTS[1]}"
+def create_tables(spark: SparkSession, storage: StorageSettings, layers: Sequence[str]) -> None:
+    for spec in (RESULTS, *(quarantine(layer) for layer in layers)):
+        delta.create(spark, spec, storage.table_uri(spec.name))
 
 
 class Validator:
@@ -178,7 +184,7 @@ def _outcomes(suite: Suite, results: list[Any]) -> list[Outcome]:
         if raised is not None:
             raise LakehouseError(
                 f"{suite.path}: expectation {check.name!r} could not run on {suite.table}: "
-                f"{_cause(raised)}"
+                f"{explain(_cause_text(raised))}"
             )
         details = item.result or {}
         observed = details.get("observed_value")
@@ -198,27 +204,23 @@ def _outcomes(suite: Suite, results: list[Any]) -> list[Outcome]:
 
 
 def stream_gates(
-    spark: SparkSession, settings: QualitySettings, root: str, layer: str
+    spark: SparkSession, settings: QualitySettings, storage: StorageSettings, layer: str
 ) -> Callable[[Txn], BatchGate]:
     """A gate per micro-batch of a stream over `layer`, with the layer's suites; a
     pass-through when `quality.validate_streams` is off."""
     if not settings.validate_streams:
-        return lambda txn: BatchGate(None, root, layer, txn, "")
-    create_tables(spark, root, [layer])
+        return lambda txn: BatchGate(None, storage, layer, txn, "")
+    create_tables(spark, storage, [layer])
     validator = Validator(load_suites(settings.suites_dir, layer))
     run_id = new_run_id()
-    return lambda txn: BatchGate(validator, root, layer, txn, run_id)
+    return lambda txn: BatchGate(validator, storage, layer, txn, run_id)
 
 
-def _cause(raised: dict[str, Any]) -> str:
-    """The line that says what went wrong: Py4J's own message only names the call."""
-    lines = [
-        line.strip()
-        for text in (raised.get("exception_traceback"), raised.get("exception_message"))
-        for line in str(text or "").splitlines()
-        if ("Exception: " in line or "Error: " in line) and "Py4JJavaError" not in line
-    ]
-    return lines[-1] if lines else str(raised.get("exception_message", "unknown error"))
+def _cause_text(raised: dict[str, Any]) -> str:
+    """What GX kept of an exception: its traceback, then its message."""
+    return "\n".join(
+        str(raised.get(key) or "") for key in ("exception_traceback", "exception_message")
+    )
 
 
 def _raised(info: dict[str, Any]) -> dict[str, Any] | None:
@@ -238,7 +240,7 @@ class BatchGate:
     """
 
     validator: Validator | None
-    root: str
+    storage: StorageSettings
     layer: str
     txn: Txn
     run_id: str
@@ -298,18 +300,18 @@ class BatchGate:
             spark, self.run_id, "stream", self.layer, self.outcomes, self.txn.version
         )
         if failed:
-            results.write.format("delta").mode("append").save(results_uri(self.root))
+            delta.append(results, self.storage.table_uri(RESULTS.name))
             table, outcome = failed[0]
             raise QualityError(
                 f"{table} batch {self.txn.version}: expectation {outcome.check.name} (fail) "
                 f"failed{': ' + outcome.found if outcome.found else ''}; "
                 f"the batch was not committed (suite {validator.suites[table].path})"
             )
-        append(results, results_uri(self.root), self.txn)
+        delta.append(results, self.storage.table_uri(RESULTS.name), self.txn)
         if self.quarantined:
-            append(
+            delta.append(
                 reduce(DataFrame.unionByName, self.quarantined),
-                f"{self.root}/{self.layer}/{QUARANTINE_TABLE}",
+                self.storage.table_uri(quarantine(self.layer).name),
                 self.txn,
             )
 
@@ -402,7 +404,7 @@ def results_frame(
     outcomes: dict[str, list[Outcome]],
     batch_id: int | None,
 ) -> DataFrame:
-    """One row per expectation run, in RESULT_COLUMNS."""
+    """One row per expectation run, in the columns of `quality.expectation_results`."""
     now = datetime.now(UTC)
     rows = [
         (run_id, mode, table.split(".", 1)[0] if layer == "*" else layer, table, batch_id,
@@ -411,29 +413,31 @@ def results_frame(
         for table, table_outcomes in outcomes.items()
         for o in table_outcomes
     ]  # fmt: skip
-    return spark.createDataFrame(rows, RESULT_COLUMNS)
+    return spark.createDataFrame(rows, RESULTS.columns)
 
 
 def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
-def quarantined_rows(spark: SparkSession, root: str, table: str, schema: str) -> DataFrame:
+def quarantined_rows(
+    spark: SparkSession, storage: StorageSettings, table: str, schema: str
+) -> DataFrame:
     """The rows the table's suite quarantined, restored to the table's own `schema`,
     with the expectation that caught each."""
     layer = table.split(".", 1)[0]
     return (
         spark.read.format("delta")
-        .load(f"{root}/{layer}/{QUARANTINE_TABLE}")
+        .load(storage.table_uri(quarantine(layer).name))
         .where(F.col("table_name") == table)
         .select("expectation", F.from_json("row_json", schema).alias("row"))
         .select("row.*", "expectation")
     )
 
 
-def quarantine_counts(spark: SparkSession, root: str, table: str) -> dict[str, int]:
+def quarantine_counts(spark: SparkSession, storage: StorageSettings, table: str) -> dict[str, int]:
     """Rows of `table` in its layer's quarantine, by the expectation that caught them."""
-    path = f"{root}/{table.split('.', 1)[0]}/{QUARANTINE_TABLE}"
+    path = storage.table_uri(quarantine(table.split(".", 1)[0]).name)
     if not catalog.is_delta(spark, path):
         return {}
     counts = (

@@ -16,10 +16,12 @@ from typing import Any
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, data_docs, quality
-from lakehouse.quality import Outcome, Validator
+from lakehouse import catalog, delta
+from lakehouse.console import echo
+from lakehouse.quality import data_docs, gates
+from lakehouse.quality.gates import Outcome, Validator
+from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.settings import Settings
-from lakehouse.suites import Suite, load_suites
 
 _SEVERITY_RANK = {"fail": 0, "quarantine": 1, "warn": 2}
 
@@ -54,16 +56,15 @@ def check_tables(
     settings: Settings,
     select: str | None = None,
     since: str | None = None,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = echo,
 ) -> list[TableCheck]:
     """Validate every selected table that exists; results go to the results table."""
     suites = load_suites(settings.quality.suites_dir, select)
-    root = settings.storage.root
-    quality.create_tables(spark, root, sorted({s.layer for s in suites}))
+    gates.create_tables(spark, settings.storage, sorted({s.layer for s in suites}))
     validator = Validator(suites, context=gx_context(settings))
-    run_id, checks = quality.new_run_id(), []
+    run_id, checks = gates.new_run_id(), []
     for suite in suites:
-        path = settings.storage.table_uri(*suite.table.split(".", 1))
+        path = settings.storage.table_uri(suite.table)
         if not catalog.is_delta(spark, path):
             echo(f"  {suite.table:<28} not built yet, skipped ({path})")
             continue
@@ -92,8 +93,8 @@ def check_tables(
             echo(f"      FAILED {outcome.describe()}")
     if checks:
         outcomes_by_table = {c.suite.table: c.outcomes for c in checks}
-        results = quality.results_frame(spark, run_id, "check", "*", outcomes_by_table, None)
-        results.write.format("delta").mode("append").save(quality.results_uri(root))
+        results = gates.results_frame(spark, run_id, "check", "*", outcomes_by_table, None)
+        delta.append(results, settings.storage.table_uri(gates.RESULTS.name))
     return checks
 
 
@@ -108,7 +109,7 @@ def build_data_docs(settings: Settings) -> Path:
 
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
-    path = quality.results_uri(settings.storage.root)
+    path = settings.storage.table_uri(gates.RESULTS.name)
     if not catalog.is_delta(spark, path):
         return ["no validation results yet: run a layer or `lakehouse check`"]
     results = spark.read.format("delta").load(path)

@@ -21,11 +21,13 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pyspark
 
-from lakehouse import jars, services
+from lakehouse import jars
 from lakehouse.errors import LakehouseError
+from lakehouse.services import process
 
 DATABASE = "metastore"
 TEMPLATE_DIR = jars.JARS_DIR.parent / "metastore-template"
@@ -36,6 +38,7 @@ CLIENT_DRIVER = "org.apache.derby.jdbc.ClientDriver"
 class EmbeddedMetastore:
     """The metastore whose database, log and pid live in `home`; any process can stop it."""
 
+    title: ClassVar[str] = "metastore"
     home: Path
 
     @classmethod
@@ -46,29 +49,29 @@ class EmbeddedMetastore:
     def log_file(self) -> Path:
         return self.home / "server.log"
 
-    def url(self) -> str | None:
+    def address(self) -> str | None:
         """The JDBC URL of the metastore database while the server runs, else None."""
         address = self.home / "address"
-        if services.running_pid(self.home / "derby.pid") is None or not address.exists():
+        if process.running_pid(self.home / "derby.pid") is None or not address.exists():
             return None
         return f"jdbc:derby://{address.read_text().strip()}/{DATABASE}"
 
     def start(self, timeout_s: float = 60.0) -> str:
         """Start the server unless it runs; return the metastore's JDBC URL once it serves."""
-        running = self.url()
+        running = self.address()
         if running:
             return running
         self.home.mkdir(parents=True, exist_ok=True)
         if not (self.home / DATABASE).exists():
             shutil.copytree(_template(), self.home / DATABASE)
-        (port,) = services.kept_ports(self.home / "ports", 1)
+        (port,) = process.kept_ports(self.home / "ports", 1)
         classpath = os.pathsep.join(str(j) for j in jars.jars("catalog"))
         command = [
             "java", "-Xms64m", "-Xmx256m", f"-Dderby.system.home={self.home}",
             "-cp", classpath, "org.apache.derby.drda.NetworkServerControl",
             "start", "-h", "127.0.0.1", "-p", str(port), "-noSecurityManager",
         ]  # fmt: skip
-        services.launch(
+        process.launch(
             "metastore (Derby network server)",
             command,
             self.home / "derby.pid",
@@ -82,7 +85,7 @@ class EmbeddedMetastore:
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the server; False if it was not running."""
         (self.home / "address").unlink(missing_ok=True)
-        return services.stop(self.home / "derby.pid", timeout_s)
+        return process.stop(self.home / "derby.pid", timeout_s)
 
 
 def client_classpath() -> str:

@@ -1,0 +1,29 @@
+"""What every command handler needs: the settings of the chosen target, and Spark."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from lakehouse.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    return load_settings(args.target)
+
+
+def spark_for(
+    args: argparse.Namespace, app: str, extra: dict[str, str] | None = None
+) -> tuple[Settings, SparkSession]:
+    """The target's settings and a Spark application named `lakehouse-<app>`."""
+    from lakehouse.spark import build_spark
+
+    settings = settings_of(args)
+    return settings, build_spark(settings, app_name=f"lakehouse-{app}", extra=extra)
+
+
+def pairs(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key}={value:,}" for key, value in counts.items())

@@ -1,0 +1,139 @@
+"""`lakehouse run|inspect|compact`: the layers' jobs, silver's live state, compaction."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lakehouse.cli.context import pairs, spark_for
+from lakehouse.console import echo
+from lakehouse.errors import LakehouseError, explain
+
+
+def add_commands(commands: Any) -> None:
+    run = commands.add_parser(
+        "run",
+        help="run a layer's job",
+        description="bronze and silver are streams: they process what is there now and stop, "
+        "or keep running with --continuous. gold runs its models (gold/*.py) in dependency "
+        "order, each incrementally: only the keys that silver changes since the model's last "
+        "run touch are recomputed.",
+    )
+    run.add_argument("layer", choices=("bronze", "silver", "gold"))
+    run.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep running on the configured trigger until Ctrl-C (default: ingest what is "
+        "there now, then stop)",
+    )
+    run.add_argument(
+        "--trace",
+        nargs="?",
+        const="",
+        metavar="SESSION[,SESSION...]",
+        help="silver: write every state transition of these sessions (all when no list is "
+        "given) to silver.state_transitions",
+    )
+    run.add_argument(
+        "--select",
+        nargs="+",
+        default=[],
+        metavar="MODEL",
+        help="gold: only these models; `name+` adds what is downstream of it, `+name` what is "
+        "upstream (e.g. --select sensor_hourly+)",
+    )
+    run.add_argument(
+        "--full-refresh",
+        action="store_true",
+        help="gold: rebuild the selected models from their inputs instead of incrementally",
+    )
+    run.set_defaults(handler=run_layer)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="show the live session state in silver's checkpoint",
+        description="Read silver's state store through Spark's state data source: one line "
+        "per live session (status, last seq, rows, records, state size).",
+    )
+    inspect.add_argument("--session", action="append", default=[], help="only these sessions")
+    inspect.add_argument("--limit", type=int, default=50, help="at most this many lines")
+    inspect.set_defaults(handler=run_inspect)
+
+    compact = commands.add_parser(
+        "compact",
+        help="OPTIMIZE (bin-packing, clustering) and VACUUM the tables",
+        description="Bin-pack the small files streams and incremental runs leave (gold tables "
+        "are also clustered on their query keys), then VACUUM files older than the retention. "
+        "The retention is checked against the lag of every incremental reader (the silver "
+        "stream on bronze, gold models on their inputs) and refused if one would lose data. "
+        "Safe while the streams run. Prints files and bytes before and after per table.",
+    )
+    compact.add_argument(
+        "tables", nargs="*", metavar="TABLE", help="e.g. silver.row_changes (default: all)"
+    )
+    compact.add_argument(
+        "--retention-hours",
+        type=float,
+        help="VACUUM retention (default: compact.vacuum_retention_hours)",
+    )
+    compact.add_argument("--no-vacuum", action="store_true", help="only OPTIMIZE")
+    compact.set_defaults(handler=run_compact)
+
+
+def run_layer(args: argparse.Namespace) -> None:
+    from lakehouse import pipeline
+
+    if args.layer != "gold" and (args.select or args.full_refresh):
+        raise LakehouseError("--select and --full-refresh apply to `run gold` only")
+    if args.layer == "gold" and (args.continuous or args.trace is not None):
+        raise LakehouseError("gold is a batch job: --continuous and --trace do not apply")
+    if args.layer == "bronze" and args.trace is not None:
+        raise LakehouseError("--trace applies to `run silver` only")
+    settings, spark = spark_for(args, args.layer)
+    if args.layer == "gold":
+        from lakehouse.incremental import run_models, select
+
+        models = select(pipeline.MODELS, args.select)
+        runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
+        modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
+        echo(f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
+             f"{sum(r.seconds for r in runs):.1f}s")  # fmt: skip
+        return
+    stream = pipeline.STREAMS[args.layer]
+    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
+    stats = stream.run(spark, settings, args.continuous, trace)
+    for line in stream.summary(spark, settings, stats):
+        echo(line)
+
+
+def run_inspect(args: argparse.Namespace) -> None:
+    from pyspark.sql import functions as F
+
+    from lakehouse import pipeline
+
+    settings, spark = spark_for(args, "inspect")
+    try:
+        state = pipeline.live_sessions(spark, settings)
+        if args.session:
+            state = state.where(F.col("session_id").isin(args.session))
+        rows = state.orderBy("session_id").limit(args.limit).collect()
+        total = state.count()
+    except Exception as error:  # Spark's reader says "no state" in a long Java trace
+        raise LakehouseError(f"cannot read silver state: {explain(error)}") from None
+    echo(f"{total:,} live sessions in silver state" + (f" (first {len(rows)})" if rows else ""))
+    for r in rows:
+        echo(f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
+             f"records={r.records} state={r.state_bytes:,}B")  # fmt: skip
+
+
+def run_compact(args: argparse.Namespace) -> None:
+    from lakehouse import pipeline
+    from lakehouse.compaction import compact
+
+    settings, spark = spark_for(args, "compact")
+    results = compact(
+        spark, settings, pipeline.READERS, args.tables, args.retention_hours, not args.no_vacuum
+    )
+    before = sum(r.snapshot_before.files for r in results)
+    after = sum(r.snapshot_after.files for r in results)
+    echo(f"compacted {len(results)} tables: {before:,} files -> {after:,}")

@@ -1,0 +1,71 @@
+"""`lakehouse produce`: deterministic sensor traffic, with faults on request."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lakehouse.cli.context import settings_of
+from lakehouse.console import echo
+from lakehouse.errors import LakehouseError
+
+
+def add_commands(commands: Any) -> None:
+    produce = commands.add_parser(
+        "produce",
+        help="send deterministic sensor traffic, with faults on request",
+        description="Send snapshot/update/end sessions (docs/protocol.md) to one topic per "
+        "sensor and print what was sent.",
+    )
+    produce.add_argument("--seed", type=int, default=7)
+    produce.add_argument("--sensors", type=int, default=3, help="topics, one per sensor")
+    produce.add_argument("--first-sensor", type=int, default=1, help="number of the first sensor")
+    produce.add_argument("--sessions", type=int, default=4, help="sessions per sensor, overlapping")
+    produce.add_argument("--rows", type=int, default=200, help="rows in each snapshot")
+    produce.add_argument("--updates", type=int, default=100, help="updates per session")
+    produce.add_argument(
+        "--resync-every", type=int, default=0, help="fresh snapshot every N updates"
+    )
+    produce.add_argument(
+        "--rate", default="max", help="records per second, or `max` (default) for no limit"
+    )
+    produce.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND=N",
+        help="inject N faults of a kind: gap, duplicate, reorder, malformed_json, "
+        "missing_field, wrong_type, oversize, null_key (repeatable)",
+    )
+    produce.add_argument("--json", action="store_true", help="print the report as JSON")
+    produce.set_defaults(handler=run_produce)
+
+
+def run_produce(args: argparse.Namespace) -> None:
+    from lakehouse.producer import TrafficSpec, produce
+    from lakehouse.services.kafka import check_reachable, resolve_bootstrap
+
+    settings = settings_of(args)
+    faults: dict[str, int] = {}
+    for item in args.fault:
+        kind, _, count = item.partition("=")
+        if not count.isdigit():
+            raise LakehouseError(f"--fault {item!r}: expected KIND=N, e.g. gap=3")
+        faults[kind] = faults.get(kind, 0) + int(count)
+    spec = TrafficSpec(
+        seed=args.seed,
+        sensors=args.sensors,
+        first_sensor=args.first_sensor,
+        sessions_per_sensor=args.sessions,
+        rows_per_snapshot=args.rows,
+        updates_per_session=args.updates,
+        resync_every=args.resync_every,
+        faults=faults,
+        topic_prefix=settings.kafka.topic_prefix,
+        partitions=settings.kafka.partitions,
+    )
+    rate = None if args.rate == "max" else float(args.rate)
+    bootstrap = resolve_bootstrap(settings)
+    check_reachable(bootstrap)
+    report = produce(spec, bootstrap, settings.kafka.options, rate, progress=not args.json)
+    echo(report.to_json() if args.json else report.to_text())

@@ -1,0 +1,76 @@
+"""`lakehouse check|report`: whole tables against their suites, and the Data Docs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from lakehouse.cli.context import spark_for
+from lakehouse.console import echo
+
+
+def add_commands(commands: Any) -> None:
+    check = commands.add_parser(
+        "check",
+        help="validate whole tables against their expectation suites",
+        description="Run the suites in expectations/ over the tables as they are now, record "
+        "the results in quality.expectation_results and keep them for the Data Docs. Exits 1 "
+        "when an expectation of severity `fail` fails.",
+    )
+    check.add_argument(
+        "select", nargs="?", help="a layer (silver) or a table (silver.sessions); default: all"
+    )
+    check.add_argument(
+        "--since",
+        metavar="TIMESTAMP",
+        help="only rows at or after this time (UTC), by each suite's time_column",
+    )
+    check.set_defaults(handler=run_check)
+
+    report = commands.add_parser(
+        "report",
+        help="build the Data Docs site and summarise data quality",
+        description="Render the Great Expectations Data Docs from the latest checks, print "
+        "the path of its index and a summary: each table's latest check, in-stream "
+        "validation totals, the worst failures.",
+    )
+    report.add_argument(
+        "--publish",
+        metavar="s3://BUCKET/PREFIX",
+        help="also upload the site there (endpoint and keys from the s3 settings)",
+    )
+    report.set_defaults(handler=run_report)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from lakehouse.quality.checks import check_tables
+
+    settings, spark = spark_for(args, "check")
+    echo(f"checking {args.select or 'every table'} against {settings.quality.suites_dir}")
+    checks = check_tables(spark, settings, args.select, args.since)
+    blocking = [c.suite.table for c in checks if c.blocking]
+    warned = [c.suite.table for c in checks if c.failed and not c.blocking]
+    echo(
+        f"{len(checks)} tables checked: {len(checks) - len(blocking) - len(warned)} passed, "
+        f"{len(warned)} with warnings, {len(blocking)} failed"
+        + (f" ({', '.join(blocking)})" if blocking else "")
+    )
+    return 1 if blocking else 0
+
+
+def run_report(args: argparse.Namespace) -> None:
+    from lakehouse.quality.checks import build_data_docs, summary
+
+    settings, spark = spark_for(args, "report")
+    index = build_data_docs(settings)
+    for line in summary(spark, settings):
+        echo(line)
+    echo(f"Data Docs: {index}")
+    if args.publish:
+        from lakehouse.quality.publish import publish_site
+        from lakehouse.services import s3
+
+        published = publish_site(index.parent, args.publish, s3.client(settings))
+        echo(
+            f"published {published.files} files ({published.bytes:,} bytes): {published.index_url}"
+        )

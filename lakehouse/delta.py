@@ -1,0 +1,149 @@
+"""Every Delta write: table creation from a spec, idempotent appends, MERGE, conflict retries.
+
+Streams write through `foreachBatch`, which alone is at-least-once: a batch that wrote but
+did not commit its offsets runs again after a crash. Writing under the batch's `Txn`
+makes Delta skip the replay, which is what makes the sinks exactly-once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TypeVar
+
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from lakehouse import catalog
+from lakehouse.console import echo
+from lakehouse.errors import first_line
+from lakehouse.tables import TableSpec
+
+T = TypeVar("T")
+
+CONFLICTS = (
+    DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
+    ProtocolChangedException, ConcurrentAppendException, ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException, ConcurrentTransactionException,
+)  # fmt: skip
+"""Delta refused a commit because another one changed what it had read; it wrote nothing."""
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's idempotent-write key for one micro-batch: (query id, batch id).
+
+    The query id is stable for a checkpoint and new for a new one, so a fresh checkpoint
+    never collides with old writes.
+    """
+
+    app_id: str
+    version: int
+
+
+def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
+    """Create the table of `spec` at `location` unless it exists, and name it in the catalog.
+
+    Properties are also set on a table that exists without them, so that a property
+    added to a spec (the change data feed) reaches tables made before it.
+    """
+    properties = spec.table_properties
+    if not is_delta(spark, location):
+        schema = StructType.fromDDL(spec.columns)
+        assert isinstance(schema, StructType)
+        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(schema)
+        if spec.cluster_by:
+            builder = builder.clusterBy(*spec.cluster_by)
+        for key, value in properties.items():
+            builder = builder.property(key, value)
+        builder.execute()
+    else:
+        current = DeltaTable.forPath(spark, location).detail().first()
+        held = dict(current["properties"]) if current else {}
+        if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
+            pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({pairs})")
+    catalog.register(spark, spec.name, location)
+
+
+def is_delta(spark: SparkSession, location: str) -> bool:
+    return bool(DeltaTable.isDeltaTable(spark, location))
+
+
+def append(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
+    """Append to a Delta table; under `txn`, unless that micro-batch is already there."""
+    writer = frame.write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    writer.save(location)
+
+
+def merge(
+    rows: DataFrame,
+    location: str,
+    key: Sequence[str],
+    txn: Txn | None = None,
+    delete_when: str | None = None,
+) -> None:
+    """Upsert `rows` into the table at `location` by `key`, setting every column of the
+    table from the row's column of the same name.
+
+    `delete_when`, a condition on the row (`s.op = 'delete'`), deletes the matching row
+    instead, and such a row is never inserted.
+    """
+    spark = rows.sparkSession  # foreachBatch hands over a frame of its own session
+    target = DeltaTable.forPath(spark, location)
+    values: dict[str, str | Column] = {c: f"s.`{c}`" for c in target.toDF().columns}
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+    builder = target.alias("t").merge(rows.alias("s"), on)
+    if delete_when:
+        builder = builder.whenMatchedDelete(delete_when).whenMatchedUpdate(set=values)
+        builder = builder.whenNotMatchedInsert(f"NOT ({delete_when})", values)
+    else:
+        builder = builder.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
+    with _merge_txn(spark, txn) if txn else nullcontext():
+        retry_on_conflict(builder.execute, location)
+
+
+@contextmanager
+def _merge_txn(spark: SparkSession, txn: Txn) -> Iterator[None]:
+    """MERGE has no writer options; Delta reads the transaction from session settings."""
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def retry_on_conflict(write: Callable[[], T], what: str, attempts: int = 5) -> T:
+    """Run a Delta write again when a concurrent commit made it conflict.
+
+    Compaction rewrites files that a MERGE may have read in the meantime; Delta then
+    refuses the MERGE's commit, having written nothing, so running it again on the new
+    snapshot is safe (and under the batch's transaction, still exactly once).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except CONFLICTS as error:
+            if attempt == attempts:
+                raise
+            echo(f"{what}: a concurrent commit conflicted ({first_line(error)[:120]}); "
+                 f"retrying ({attempt}/{attempts - 1})")  # fmt: skip
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")

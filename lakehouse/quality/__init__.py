@@ -1,0 +1,1 @@
+"""Data quality: suites, in-stream gates, whole-table checks, Data Docs and publishing."""

@@ -1,0 +1,42 @@
+"""The pipeline loads, and what it lists fits together: a broken declaration fails here."""
+
+from __future__ import annotations
+
+from lakehouse import PROJECT_ROOT, pipeline
+from lakehouse.tables import columns_of
+from silver import reconstruct
+
+
+def test_every_gold_file_declares_the_model_named_after_it() -> None:
+    files = {p.stem for p in (PROJECT_ROOT / "gold").glob("*.py") if p.stem != "__init__"}
+    assert {m.name for m in pipeline.MODELS} == {f"gold.{stem}" for stem in files}
+
+
+def test_every_model_reads_tables_that_something_writes_and_keys_on_its_columns() -> None:
+    written = {spec.name for spec in reconstruct.TABLES} | {m.name for m in pipeline.MODELS}
+    for model in pipeline.MODELS:
+        assert set(model.reads) <= written, model.name
+        assert set(model.key) <= set(model.table.column_names), model.name
+        assert model.table.change_feed and model.table.grain.startswith("One row per")
+
+
+def test_every_incremental_input_has_a_reader_compaction_checks() -> None:
+    read = {(r.name, r.table) for r in pipeline.READERS}
+    assert ("the silver stream", "bronze.sensor_records") in read
+    assert {(m.name, t) for m in pipeline.MODELS for t in m.reads} <= read
+
+
+def test_streams_name_their_checkpoints_and_what_they_read() -> None:
+    assert {layer: (s.reads, s.checkpoint) for layer, s in pipeline.STREAMS.items()} == {
+        "bronze": ("kafka", "bronze.sensor_records"),
+        "silver": ("bronze.sensor_records", "silver.sessions_stream"),
+    }
+
+
+def test_column_lists_read_types_with_commas_whole() -> None:
+    ddl = "a MAP<STRING, BIGINT> NOT NULL, b ARRAY<STRUCT<k: STRING, v: INT>>, c INT COMMENT 'x'"
+    assert [(c.name, c.type) for c in columns_of(ddl)] == [
+        ("a", "MAP<STRING, BIGINT>"),
+        ("b", "ARRAY<STRUCT<k: STRING, v: INT>>"),
+        ("c", "INT"),
+    ]
