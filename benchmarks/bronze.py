@@ -68,12 +68,15 @@ def main() -> None:
             noop_runs, bronze_runs = [], []
             for attempt in range(2):
                 noop_runs.append(time_noop(spark, settings, bootstrap, root / f"noop-{attempt}"))
-                lake = load_settings("local", environ={
-                    "LAKEHOUSE__STORAGE__ROOT": str(root / f"lake-{attempt}"),
-                    "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-                    "LAKEHOUSE__CATALOG__METASTORE": "none",
-                    "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                })  # fmt: skip
+                lake = load_settings(
+                    "local",
+                    environ={
+                        "LAKEHOUSE__STORAGE__ROOT": str(root / f"lake-{attempt}"),
+                        "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+                        "LAKEHOUSE__CATALOG__METASTORE": "none",
+                        "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+                    },
+                )
                 started = time.perf_counter()
                 stats = sensor_records.run(spark, lake)
                 bronze_runs.append(time.perf_counter() - started)

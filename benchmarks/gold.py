@@ -50,19 +50,27 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-gold-") as tmp:
-        settings = load_settings("local", environ={
-            "LAKEHOUSE__STORAGE__ROOT": str(Path(tmp) / "lake"),
-            "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-            "LAKEHOUSE__CATALOG__METASTORE": "none",
-        })  # fmt: skip
+        settings = load_settings(
+            "local",
+            environ={
+                "LAKEHOUSE__STORAGE__ROOT": str(Path(tmp) / "lake"),
+                "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
+                "LAKEHOUSE__CATALOG__METASTORE": "none",
+            },
+        )
         spark = build_spark(settings, app_name="bench-gold")
         spark.sparkContext.setLogLevel("ERROR")
         bronze = settings.storage.table_uri("bronze.sensor_records")
         delta.create(spark, sensor_records.TABLE, bronze)
         offsets: dict[tuple[str, int], int] = defaultdict(int)
-        base = TrafficSpec(sensors=args.sensors, sessions_per_sensor=args.sessions,
-                           rows_per_snapshot=100, updates_per_session=args.updates,
-                           session_stagger_seconds=600, partitions=4)  # fmt: skip
+        base = TrafficSpec(
+            sensors=args.sensors,
+            sessions_per_sensor=args.sessions,
+            rows_per_snapshot=100,
+            updates_per_session=args.updates,
+            session_stagger_seconds=600,
+            partitions=4,
+        )
         n = append(spark, bronze, base, offsets)
         print(f"silver from {n:,} bronze records ...", flush=True)
         reconstruct.run(spark, settings)
@@ -71,16 +79,27 @@ def main() -> None:
         print(f"gold, first (full) run: {time.perf_counter() - started:.1f}s", flush=True)
         for i in range(args.increments):
             # One late session of one sensor: a few hours of one day change.
-            late = replace(base, seed=100 + i, sensors=1, first_sensor=1 + i % args.sensors,
-                           sessions_per_sensor=1,
-                           start_time=base.start_time + timedelta(hours=i))  # fmt: skip
+            late = replace(
+                base,
+                seed=100 + i,
+                sensors=1,
+                first_sensor=1 + i % args.sensors,
+                sessions_per_sensor=1,
+                start_time=base.start_time + timedelta(hours=i),
+            )
             append(spark, bronze, late, offsets)
             reconstruct.run(spark, settings)
             incremental = timed(
                 lambda: run_models(spark, settings.storage, MODELS, echo=lambda _: None)
             )
-        full = [timed(lambda: run_models(spark, settings.storage, MODELS, full_refresh=True,
-                                         echo=lambda _: None)) for _ in range(2)]  # fmt: skip
+        full = [
+            timed(
+                lambda: run_models(
+                    spark, settings.storage, MODELS, full_refresh=True, echo=lambda _: None
+                )
+            )
+            for _ in range(2)
+        ]
         print(
             f"gold after an increment of one session: incremental {incremental:.1f}s, "
             f"full refresh {min(full):.1f}s (best of {', '.join(f'{f:.1f}s' for f in full)})"
@@ -88,8 +107,14 @@ def main() -> None:
 
         # Incremental MERGEs again, so that the query meets the files they leave.
         for i in range(args.increments):
-            late = replace(base, seed=200 + i, sensors=1, first_sensor=3, sessions_per_sensor=1,
-                           start_time=base.start_time + timedelta(days=1 + i))  # fmt: skip
+            late = replace(
+                base,
+                seed=200 + i,
+                sensors=1,
+                first_sensor=3,
+                sessions_per_sensor=1,
+                start_time=base.start_time + timedelta(days=1 + i),
+            )
             append(spark, bronze, late, offsets)
             reconstruct.run(spark, settings)
             run_models(spark, settings.storage, MODELS, echo=lambda _: None)

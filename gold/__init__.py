@@ -1,1 +1,1 @@
-"""Gold: business-conformed aggregates over silver, one model per table (`lakehouse run gold`)."""
+"""Gold: business-conformed aggregates over silver, one model per file, named after its table."""

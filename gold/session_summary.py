@@ -62,12 +62,24 @@ def session_summary(silver_sessions: DataFrame, silver_violations: DataFrame) ->
     )
     started, ended = F.col("first_event_time"), F.col("last_event_time")
     return silver_sessions.join(rejected, "session_id", "left").select(
-        "session_id", "sensor_id", "status",
-        started.alias("started_at"), ended.alias("ended_at"),
+        "session_id",
+        "sensor_id",
+        "status",
+        started.alias("started_at"),
+        ended.alias("ended_at"),
         ((F.unix_micros(ended) - F.unix_micros(started)) / 1e6).alias("duration_seconds"),
-        "records", "snapshots", "updates", F.col("table_rows").alias("final_rows"), "gaps",
+        "records",
+        "snapshots",
+        "updates",
+        F.col("table_rows").alias("final_rows"),
+        "gaps",
         F.coalesce("violations", F.lit(0)).cast("bigint").alias("violations"),
-        "first_seq", "last_seq", "first_topic", "first_partition", "first_offset",
-        F.col("topic").alias("last_topic"), F.col("partition").alias("last_partition"),
+        "first_seq",
+        "last_seq",
+        "first_topic",
+        "first_partition",
+        "first_offset",
+        F.col("topic").alias("last_topic"),
+        F.col("partition").alias("last_partition"),
         F.col("offset").alias("last_offset"),
-    )  # fmt: skip
+    )

@@ -104,8 +104,9 @@ def compact(
         retry_on_conflict(lambda: spark.sql(optimize), name)  # noqa: B023 — run at once
         if vacuum:
             spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
-        result = Compaction(name, before[0], snapshot(spark, location), before[1],
-                            storage(spark, location))  # fmt: skip
+        result = Compaction(
+            name, before[0], snapshot(spark, location), before[1], storage(spark, location)
+        )
         echo(f"  {result.describe()}")
         results.append(result)
     return results
@@ -157,11 +158,13 @@ def reader_lags(
             positions[reader.table].append((reader.name, position))
     now = datetime.now(UTC)
     return {
-        table: [Lag(reader, version, _age(spark, tables[table], version, now))
-                for reader, version in readers]
+        table: [
+            Lag(reader, version, _age(spark, tables[table], version, now))
+            for reader, version in readers
+        ]
         for table, readers in positions.items()
         if table in tables
-    }  # fmt: skip
+    }
 
 
 def stream_next_version(spark: SparkSession, checkpoint: str) -> int | None:

@@ -35,10 +35,15 @@ from lakehouse.tables import TableSpec
 T = TypeVar("T")
 
 CONFLICTS = (
-    DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException,
-    ProtocolChangedException, ConcurrentAppendException, ConcurrentDeleteReadException,
-    ConcurrentDeleteDeleteException, ConcurrentTransactionException,
-)  # fmt: skip
+    DeltaConcurrentModificationException,
+    ConcurrentWriteException,
+    MetadataChangedException,
+    ProtocolChangedException,
+    ConcurrentAppendException,
+    ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentTransactionException,
+)
 """Delta refused a commit because another one changed what it had read; it wrote nothing."""
 
 
@@ -143,7 +148,9 @@ def retry_on_conflict(write: Callable[[], T], what: str, attempts: int = 5) -> T
         except CONFLICTS as error:
             if attempt == attempts:
                 raise
-            echo(f"{what}: a concurrent commit conflicted ({first_line(error)[:120]}); "
-                 f"retrying ({attempt}/{attempts - 1})")  # fmt: skip
+            echo(
+                f"{what}: a concurrent commit conflicted ({first_line(error)[:120]}); "
+                f"retrying ({attempt}/{attempts - 1})"
+            )
             time.sleep(0.5 * attempt)
     raise AssertionError("unreachable")

@@ -93,8 +93,14 @@ def model(
     def declare(build: Build) -> Build:
         name = f"{build.__module__.split('.')[0]}.{build.__name__}"
         grain = (build.__doc__ or name).strip().splitlines()[0]
-        table = TableSpec(name, grain, columns, writer="lakehouse run gold",
-                          cluster_by=tuple(cluster_by or key), change_feed=True)  # fmt: skip
+        table = TableSpec(
+            name,
+            grain,
+            columns,
+            writer="lakehouse run gold",
+            cluster_by=tuple(cluster_by or key),
+            change_feed=True,
+        )
         _DECLARED[name] = Model(table, tuple(reads), tuple(key), build, changed_keys, narrow)
         return build
 
@@ -330,9 +336,14 @@ def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
 
 def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: ModelRun) -> None:
     row = (
-        run_id, run.model, run.mode,
+        run_id,
+        run.model,
+        run.mode,
         {n: s.version for n, s in run.sources.items()},
         {n: s.table_id for n, s in run.sources.items()},
-        run.changed_keys, run.rows_written, datetime.now(UTC), run.seconds,
-    )  # fmt: skip
+        run.changed_keys,
+        run.rows_written,
+        datetime.now(UTC),
+        run.seconds,
+    )
     delta.append(spark.createDataFrame([row], RUNS.columns), storage.table_uri(RUNS.name))

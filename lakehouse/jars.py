@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.errors import LakehouseError
+from lakehouse.console import echo
+from lakehouse.errors import LakehouseError, explain
 
 POM = PROJECT_ROOT / "jvm" / "pom.xml"
 JARS_DIR = PROJECT_ROOT / ".state" / "jars"
@@ -51,13 +52,21 @@ def resolve(force: bool = False) -> None:
         stamp = folder / ".pom-sha256"
         if not force and stamp.exists() and stamp.read_text() == digest:
             continue
-        print(f"resolving JVM artifacts for {classpath} into {folder} ...", flush=True)
+        echo(f"resolving JVM artifacts for {classpath} into {folder} ...")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         command = [
-            "mvn", "-q", "-B", "-f", str(POM), "-P", classpath,
-            "dependency:copy-dependencies", f"-DoutputDirectory={folder}", "-DincludeScope=runtime",
-        ]  # fmt: skip
+            "mvn",
+            "-q",
+            "-B",
+            "-f",
+            str(POM),
+            "-P",
+            classpath,
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={folder}",
+            "-DincludeScope=runtime",
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             errors = [line for line in result.stdout.splitlines() if "ERROR" in line]
@@ -90,7 +99,7 @@ def build_sql_extension(force: bool = False) -> Path:
     stamp = SQL_EXTENSION_JAR.with_suffix(".sha256")
     if not force and SQL_EXTENSION_JAR.exists() and stamp.exists() and stamp.read_text() == digest:
         return SQL_EXTENSION_JAR
-    print(f"compiling {SQL_EXTENSION_CLASS} into {SQL_EXTENSION_JAR} ...", flush=True)
+    echo(f"compiling {SQL_EXTENSION_CLASS} into {SQL_EXTENSION_JAR} ...")
     classes = SQL_EXTENSION_JAR.parent / "classes"
     shutil.rmtree(classes, ignore_errors=True)
     classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
@@ -100,7 +109,7 @@ def build_sql_extension(force: bool = False) -> Path:
     ):
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise LakehouseError(f"{command[0]} failed: {result.stderr.strip()[-500:]}")
+            raise LakehouseError(f"{command[0]} failed: {explain(result.stderr)}")
     shutil.rmtree(classes)
     stamp.write_text(digest)
     return SQL_EXTENSION_JAR

@@ -65,7 +65,10 @@ class Reader:
 
 
 READERS = (
-    *(Reader(f"the {s.layer} stream", s.reads, checkpoint=s.checkpoint)
-      for s in STREAMS.values() if s.reads != "kafka"),
+    *(
+        Reader(f"the {s.layer} stream", s.reads, checkpoint=s.checkpoint)
+        for s in STREAMS.values()
+        if s.reads != "kafka"
+    ),
     *(Reader(m.name, table, model=m.name) for m in MODELS for table in m.reads),
-)  # fmt: skip
+)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lakehouse.console import echo
 from lakehouse.errors import LakehouseError
 
 FAULTS = (
@@ -32,7 +33,6 @@ FAULTS = (
 )
 MAX_VALUE_BYTES = 256 * 1024
 """The protocol's bound on a value; `oversize` faults exceed it (the broker still takes them)."""
-REQUIRED_FIELDS = ("session_id", "sensor_id", "seq", "kind", "event_time")
 
 
 @dataclass(frozen=True)
@@ -155,9 +155,14 @@ def _session_messages(
     next_row = spec.rows_per_snapshot
 
     def message(kind: str, **payload: Any) -> dict[str, Any]:
-        return {"session_id": session_id, "sensor_id": sensor, "seq": 0, "kind": kind,
-                "event_time": clock.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                **payload}  # fmt: skip
+        return {
+            "session_id": session_id,
+            "sensor_id": sensor,
+            "seq": 0,
+            "kind": kind,
+            "event_time": clock.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            **payload,
+        }
 
     messages = [message("snapshot", rows=_rows(table))]
     row_ids = list(table)  # beside the dict, so that a random pick is O(1)
@@ -296,19 +301,22 @@ def produce(
     from confluent_kafka import Producer
 
     options = options or {}
-    create_topics(bootstrap, [f"{spec.topic_prefix}{s}" for s in spec.sensor_ids()],
-                  spec.partitions, options)  # fmt: skip
-    producer = Producer({
-        "bootstrap.servers": bootstrap,
-        # Idempotence keeps the broker from duplicating or reordering on retries, so the
-        # only faults in a topic are the ones injected on purpose.
-        "enable.idempotence": True,
-        "linger.ms": 20,
-        "compression.type": "lz4",
-        "message.max.bytes": 2 * MAX_VALUE_BYTES,
-        "log_level": 3,
-        **options,
-    })  # fmt: skip
+    create_topics(
+        bootstrap, [f"{spec.topic_prefix}{s}" for s in spec.sensor_ids()], spec.partitions, options
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            # Idempotence keeps the broker from duplicating or reordering on retries, so the
+            # only faults in a topic are the ones injected on purpose.
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "message.max.bytes": 2 * MAX_VALUE_BYTES,
+            "log_level": 3,
+            **options,
+        }
+    )
     errors: list[str] = []
 
     def delivered(error: Any, _message: Any) -> None:
@@ -324,15 +332,21 @@ def produce(
                 time.sleep(ahead)
         while True:
             try:
-                producer.produce(record.topic, record.value, record.key, record.partition,
-                                 on_delivery=delivered, headers=list(record.headers))  # fmt: skip
+                producer.produce(
+                    record.topic,
+                    record.value,
+                    record.key,
+                    record.partition,
+                    on_delivery=delivered,
+                    headers=list(record.headers),
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
         producer.poll(0)
         report.add(record)
         if progress and report.records % 100_000 == 0:
-            print(f"  … {report.records:,} records sent", flush=True)
+            echo(f"  … {report.records:,} records sent")
         if errors:
             break
     remaining = producer.flush(60)

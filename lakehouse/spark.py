@@ -17,6 +17,9 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 CLASS_PATH = "spark.driver.extraClassPath"
 
 
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
 def build_spark(
     settings: Settings, app_name: str | None = None, extra: dict[str, str] | None = None
 ) -> SparkSession:
@@ -32,14 +35,13 @@ def build_spark(
         "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
         # RocksDB keeps large session state off the JVM heap, and the transformWithState
         # family refuses any other provider; it cannot be changed on an existing checkpoint.
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.session.timeZone": "UTC",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         "spark.ui.showConsoleProgress": "false",
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
         "spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning",
-    }  # fmt: skip
+    }
     for more in (catalog_conf(settings), spark_settings.conf, extra or {}):
         for key, value in more.items():
             # Class paths add up: the metastore's driver and a command's own jars.

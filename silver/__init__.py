@@ -1,1 +1,1 @@
-"""Silver: entity-conformed tables rebuilt from bronze (see issue: silver)."""
+"""Silver: entity-conformed tables rebuilt from bronze: sessions, their rows, violations."""

@@ -56,9 +56,11 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     # Column by column: a frame built from rows infers float64 for an integer column that
     # holds a None, and 2^63 - 1 does not survive the trip through a double.
     return pd.DataFrame(
-        {name: pd.array([row.get(name) for row in rows], dtype=dtype)
-         for name, dtype in DTYPES.items()}
-    )  # fmt: skip
+        {
+            name: pd.array([row.get(name) for row in rows], dtype=dtype)
+            for name, dtype in DTYPES.items()
+        }
+    )
 
 
 def select(outputs: DataFrame, spec: TableSpec, batch_id: int) -> DataFrame:

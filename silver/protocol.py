@@ -183,8 +183,9 @@ KIND = Field(
     "kind", FieldType.STRING, "what the message does", choices=("snapshot", "update", "end")
 )
 EVENT_TIME = Field("event_time", FieldType.TIMESTAMP, "when the sensor produced it")
-OP = Field("op", FieldType.STRING, "`update` only: what it does to the row",
-           choices=("upsert", "delete"))  # fmt: skip
+OP = Field(
+    "op", FieldType.STRING, "`update` only: what it does to the row", choices=("upsert", "delete")
+)
 ROW_ID = _id("row_id", "the row of the session's table")
 
 ENVELOPE = (SESSION_ID, SENSOR_ID, SEQ, KIND, EVENT_TIME)
@@ -206,7 +207,6 @@ NUMBER_NAMES = tuple(f.name for f in VALUE_FIELDS if f.type is FieldType.NUMBER)
 VALUE_COLUMNS = ", ".join(f.column for f in VALUE_FIELDS)
 """The value columns of silver's row tables, typed as the protocol types them."""
 
-MAX_VALUE_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,14 @@ def reconstruct_sessions(
                 topic[len(topic_prefix) :] if topic.startswith(topic_prefix) else None,
             )
             for topic, partition, offset, key, raw in zip(
-                batch["topic"], batch["partition"], batch["offset"], batch["key"], batch["value"],
+                batch["topic"],
+                batch["partition"],
+                batch["offset"],
+                batch["key"],
+                batch["value"],
                 strict=True,
             )
-        ]  # fmt: skip
+        ]
 
     def on_session(
         key: tuple[Any, ...], chunks: Iterable[pd.DataFrame], state: GroupState

@@ -9,11 +9,18 @@ from pathlib import Path
 CHROMIUM = Path("/usr/bin/chromium")
 # This machine's network is closed: without these, Chromium keeps trying to reach Google.
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--window-size=1280,1600",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1280,1600",
     "--virtual-time-budget=10000",  # let the page's scripts run before the capture
-)  # fmt: skip
+)
 
 
 def render(url: str, screenshot: Path, timeout_s: float = 90) -> str:
@@ -22,10 +29,15 @@ def render(url: str, screenshot: Path, timeout_s: float = 90) -> str:
         common = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}"]
         subprocess.run(
             [*common, f"--screenshot={screenshot}", url],
-            check=True, capture_output=True, timeout=timeout_s,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            timeout=timeout_s,
+        )
         dom = subprocess.run(
             [*common, "--dump-dom", url],
-            check=True, capture_output=True, text=True, timeout=timeout_s,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     return dom.stdout

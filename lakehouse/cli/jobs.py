@@ -96,8 +96,10 @@ def run_layer(args: argparse.Namespace) -> None:
         models = select(pipeline.MODELS, args.select)
         runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
         modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
-        echo(f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
-             f"{sum(r.seconds for r in runs):.1f}s")  # fmt: skip
+        echo(
+            f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
+            f"{sum(r.seconds for r in runs):.1f}s"
+        )
         return
     stream = pipeline.STREAMS[args.layer]
     trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
@@ -122,8 +124,10 @@ def run_inspect(args: argparse.Namespace) -> None:
         raise LakehouseError(f"cannot read silver state: {explain(error)}") from None
     echo(f"{total:,} live sessions in silver state" + (f" (first {len(rows)})" if rows else ""))
     for r in rows:
-        echo(f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
-             f"records={r.records} state={r.state_bytes:,}B")  # fmt: skip
+        echo(
+            f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
+            f"records={r.records} state={r.state_bytes:,}B"
+        )
 
 
 def run_compact(args: argparse.Namespace) -> None:

@@ -23,8 +23,6 @@ from lakehouse.quality.gates import Outcome, Validator
 from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.settings import Settings
 
-_SEVERITY_RANK = {"fail": 0, "quarantine": 1, "warn": 2}
-
 
 @dataclass(frozen=True)
 class TableCheck:

@@ -21,42 +21,66 @@ import tempfile
 from pathlib import Path
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import LakehouseError, explain
 
 ASSETS_DIR = PROJECT_ROOT / ".state" / "data-docs-assets"
 
 # The CDN address each page uses -> (npm package@version, file in the package).
 CDN_FILES = {
     "https://code.jquery.com/jquery-3.7.1.min.js": ("jquery@3.7.1", "dist/jquery.min.js"),
-    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js":
-        ("popper.js@1.12.9", "dist/umd/popper.min.js"),
-    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css":
-        ("bootstrap@4.3.1", "dist/css/bootstrap.min.css"),
-    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js":
-        ("bootstrap@4.3.1", "dist/js/bootstrap.min.js"),
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css":
-        ("bootstrap-table@1.19.1", "dist/bootstrap-table.min.css"),
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js":
-        ("bootstrap-table@1.19.1", "dist/bootstrap-table.min.js"),
-    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js":
-        ("bootstrap-table@1.19.1", "dist/extensions/filter-control/bootstrap-table-filter-control.min.js"),
+    "https://cdnjs.cloudflare.com/ajax/libs/popper.js/1.12.9/umd/popper.min.js": (
+        "popper.js@1.12.9",
+        "dist/umd/popper.min.js",
+    ),
+    "https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css": (
+        "bootstrap@4.3.1",
+        "dist/css/bootstrap.min.css",
+    ),
+    "https://stackpath.bootstrapcdn.com/bootstrap/4.3.1/js/bootstrap.min.js": (
+        "bootstrap@4.3.1",
+        "dist/js/bootstrap.min.js",
+    ),
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.css": (
+        "bootstrap-table@1.19.1",
+        "dist/bootstrap-table.min.css",
+    ),
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/bootstrap-table.min.js": (
+        "bootstrap-table@1.19.1",
+        "dist/bootstrap-table.min.js",
+    ),
+    "https://unpkg.com/bootstrap-table@1.19.1/dist/extensions/filter-control/bootstrap-table-filter-control.min.js": (
+        "bootstrap-table@1.19.1",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.min.js",
+    ),
     # GX asks for 1.19.0 of the filter-control styles; 1.19.1's are the same rules.
-    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css":
-        ("bootstrap-table@1.19.1", "dist/extensions/filter-control/bootstrap-table-filter-control.min.css"),
-    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css":
-        ("bootstrap-table@1.19.1", "dist/extensions/filter-control/bootstrap-table-filter-control.css"),
-    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css":
-        ("bootstrap-datepicker@1.9.0", "dist/css/bootstrap-datepicker.min.css"),
-    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js":
-        ("bootstrap-datepicker@1.9.0", "dist/js/bootstrap-datepicker.min.js"),
-    "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css":
-        ("@forevolve/bootstrap-dark@1.1.0", "dist/css/bootstrap-prefers-dark.css"),
-    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css":
-        ("@fortawesome/fontawesome-free@6.6.0", "css/all.min.css"),
+    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.min.css": (
+        "bootstrap-table@1.19.1",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.min.css",
+    ),
+    "https://unpkg.com/bootstrap-table@1.19.0/dist/extensions/filter-control/bootstrap-table-filter-control.css": (
+        "bootstrap-table@1.19.1",
+        "dist/extensions/filter-control/bootstrap-table-filter-control.css",
+    ),
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/css/bootstrap-datepicker.min.css": (
+        "bootstrap-datepicker@1.9.0",
+        "dist/css/bootstrap-datepicker.min.css",
+    ),
+    "https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js": (
+        "bootstrap-datepicker@1.9.0",
+        "dist/js/bootstrap-datepicker.min.js",
+    ),
+    "https://cdn.jsdelivr.net/npm/@forevolve/bootstrap-dark@1.1.0/dist/css/bootstrap-prefers-dark.css": (
+        "@forevolve/bootstrap-dark@1.1.0",
+        "dist/css/bootstrap-prefers-dark.css",
+    ),
+    "https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css": (
+        "@fortawesome/fontawesome-free@6.6.0",
+        "css/all.min.css",
+    ),
     "https://cdn.jsdelivr.net/npm/vega@5": ("vega@5.33.1", "build/vega.min.js"),
     "https://cdn.jsdelivr.net/npm/vega-lite@5": ("vega-lite@5.23.0", "build/vega-lite.min.js"),
     "https://cdn.jsdelivr.net/npm/vega-embed@6": ("vega-embed@6.29.0", "build/vega-embed.min.js"),
-}  # fmt: skip
+}
 # Folders a style sheet reaches by relative URL (Font Awesome's ../webfonts/).
 EXTRA_DIRS = {"@fortawesome/fontawesome-free@6.6.0": ("webfonts",)}
 # GX's logo comes from its own bucket with the context id in the query string.
@@ -80,10 +104,12 @@ def fetch_assets(force: bool = False) -> Path:
     with tempfile.TemporaryDirectory(prefix="data-docs-") as tmp:
         result = subprocess.run(
             [npm, "pack", "--silent", "--json", "--pack-destination", tmp, *packages],
-            capture_output=True, text=True, cwd=tmp,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+        )
         if result.returncode != 0:
-            raise LakehouseError(f"npm pack failed: {result.stderr.strip()[-300:]}")
+            raise LakehouseError(f"npm pack failed: {explain(result.stderr)}")
         tarballs = {f"{p['name']}@{p['version']}": p["filename"] for p in json.loads(result.stdout)}
         for package in packages:
             wanted = [f for p, f in CDN_FILES.values() if p == package]

@@ -407,12 +407,25 @@ def results_frame(
     """One row per expectation run, in the columns of `quality.expectation_results`."""
     now = datetime.now(UTC)
     rows = [
-        (run_id, mode, table.split(".", 1)[0] if layer == "*" else layer, table, batch_id,
-         o.check.name, o.check.type, o.check.severity, o.success, o.observed_value,
-         o.unexpected_count, o.element_count, o.quarantined, now)
+        (
+            run_id,
+            mode,
+            table.split(".", 1)[0] if layer == "*" else layer,
+            table,
+            batch_id,
+            o.check.name,
+            o.check.type,
+            o.check.severity,
+            o.success,
+            o.observed_value,
+            o.unexpected_count,
+            o.element_count,
+            o.quarantined,
+            now,
+        )
         for table, table_outcomes in outcomes.items()
         for o in table_outcomes
-    ]  # fmt: skip
+    ]
     return spark.createDataFrame(rows, RESULTS.columns)
 
 
@@ -441,7 +454,11 @@ def quarantine_counts(spark: SparkSession, storage: StorageSettings, table: str)
     if not catalog.is_delta(spark, path):
         return {}
     counts = (
-        spark.read.format("delta").load(path).where(F.col("table_name") == table)
-        .groupBy("expectation").count().collect()
-    )  # fmt: skip
+        spark.read.format("delta")
+        .load(path)
+        .where(F.col("table_name") == table)
+        .groupBy("expectation")
+        .count()
+        .collect()
+    )
     return {row["expectation"]: row["count"] for row in sorted(counts)}

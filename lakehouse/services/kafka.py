@@ -71,8 +71,15 @@ class EmbeddedKafka:
         properties.write_text(_server_properties(self.home / "data", port, controller_port))
         (self.home / "log4j2.properties").write_text(_LOG4J2)
         if not (self.home / "data" / "meta.properties").exists():
-            self._java("kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(),
-                       "-c", str(properties))  # fmt: skip
+            self._java(
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "-t",
+                _cluster_id(),
+                "-c",
+                str(properties),
+            )
         address = f"127.0.0.1:{port}"
         process.launch(
             "Kafka broker",
@@ -102,10 +109,16 @@ class EmbeddedKafka:
     def _java_command(self, main_class: str, *args: str) -> list[str]:
         classpath = os.pathsep.join(str(j) for j in jars.jars("kafka"))
         return [
-            "java", "-Xms128m", "-Xmx512m", "-XX:+UseG1GC",
+            "java",
+            "-Xms128m",
+            "-Xmx512m",
+            "-XX:+UseG1GC",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
-            "-cp", classpath, main_class, *args,
-        ]  # fmt: skip
+            "-cp",
+            classpath,
+            main_class,
+            *args,
+        ]
 
     def _java(self, main_class: str, *args: str) -> None:
         result = subprocess.run(

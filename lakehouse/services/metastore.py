@@ -26,7 +26,8 @@ from typing import ClassVar
 import pyspark
 
 from lakehouse import jars
-from lakehouse.errors import LakehouseError
+from lakehouse.console import echo
+from lakehouse.errors import LakehouseError, explain
 from lakehouse.services import process
 
 DATABASE = "metastore"
@@ -67,10 +68,20 @@ class EmbeddedMetastore:
         (port,) = process.kept_ports(self.home / "ports", 1)
         classpath = os.pathsep.join(str(j) for j in jars.jars("catalog"))
         command = [
-            "java", "-Xms64m", "-Xmx256m", f"-Dderby.system.home={self.home}",
-            "-cp", classpath, "org.apache.derby.drda.NetworkServerControl",
-            "start", "-h", "127.0.0.1", "-p", str(port), "-noSecurityManager",
-        ]  # fmt: skip
+            "java",
+            "-Xms64m",
+            "-Xmx256m",
+            f"-Dderby.system.home={self.home}",
+            "-cp",
+            classpath,
+            "org.apache.derby.drda.NetworkServerControl",
+            "start",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-noSecurityManager",
+        ]
         process.launch(
             "metastore (Derby network server)",
             command,
@@ -101,7 +112,7 @@ def create_template(force: bool = False) -> Path:
     stamp = TEMPLATE_DIR / ".pyspark-version"
     if not force and stamp.exists() and stamp.read_text() == pyspark.__version__:
         return TEMPLATE_DIR
-    print(f"creating the metastore schema in {TEMPLATE_DIR} ...", flush=True)
+    echo(f"creating the metastore schema in {TEMPLATE_DIR} ...")
     shutil.rmtree(TEMPLATE_DIR, ignore_errors=True)
     TEMPLATE_DIR.mkdir(parents=True)
     # A Spark application of its own, with Derby embedded, creates Hive's schema the one
@@ -125,7 +136,7 @@ def create_template(force: bool = False) -> Path:
     )
     if result.returncode != 0 or not (TEMPLATE_DIR / DATABASE).exists():
         raise LakehouseError(
-            f"could not create the metastore schema: {result.stderr.strip()[-300:]}"
+            f"could not create the metastore schema: {explain(result.stderr)}"
         )
     shutil.rmtree(TEMPLATE_DIR / "warehouse", ignore_errors=True)
     stamp.write_text(pyspark.__version__)

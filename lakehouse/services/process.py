@@ -105,10 +105,14 @@ def launch(
     """
     with log_file.open("ab") as log:
         process = subprocess.Popen(
-            command, cwd=pid_file.parent, env=env, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            cwd=pid_file.parent,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal must not take the service down
-        )  # fmt: skip
+        )
     pid_file.write_text(str(process.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

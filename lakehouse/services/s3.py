@@ -26,9 +26,16 @@ from lakehouse.settings import EMBEDDED, Settings
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
 # The admin HTTP port comes first: it gets the lowest port, see `_ports`.
 _PORT_FLAGS = (
-    "admin.port", "s3.port", "s3.port.grpc", "master.port", "master.port.grpc",
-    "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-)  # fmt: skip
+    "admin.port",
+    "s3.port",
+    "s3.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+)
 # weed's own maintenance workers dial the admin's gRPC at its HTTP port + 10000, whatever
 # -admin.port.grpc says.
 _ADMIN_GRPC_OFFSET = 10000
@@ -89,23 +96,38 @@ class EmbeddedS3:
         (self.home / "data").mkdir(parents=True, exist_ok=True)
         ports = self._ports()
         command = [
-            _weed(), "mini", f"-dir={self.home / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            "-master.telemetry=false", "-admin.ui=false", "-webdav=false",
-            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            _weed(),
+            "mini",
+            f"-dir={self.home / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",
+            "-admin.ui=false",
+            "-webdav=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
             # As on AWS, a write to a missing bucket fails instead of creating it.
             "-s3.autoCreateBucket=false",
             # One volume server has no peers to hand over to: stop at once, not after 1s.
             "-volume.preStopSeconds=0",
             *(f"-{flag}={port}" for flag, port in ports.items()),
-        ]  # fmt: skip
+        ]
         # weed mini takes the S3 identity from the standard AWS variables.
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key,
-               "AWS_SECRET_ACCESS_KEY": self.secret_key}  # fmt: skip
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+        }
         endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         process.launch(
-            "S3 server", command, self.home / "server.pid", self.log_file,
-            lambda: self._serves(endpoint, ports["master.port"]), timeout_s, env,
-        )  # fmt: skip
+            "S3 server",
+            command,
+            self.home / "server.pid",
+            self.log_file,
+            lambda: self._serves(endpoint, ports["master.port"]),
+            timeout_s,
+            env,
+        )
         (self.home / "endpoint").write_text(endpoint)
         return endpoint
 

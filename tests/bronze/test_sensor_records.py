@@ -27,7 +27,11 @@ def test_a_kafka_record_keeps_its_bytes_and_lineage_and_gains_its_batch(
     (row,) = to_sensor_records(kafka, 7).collect()
 
     assert (row.topic, row.partition, row.offset, bytes(row.key), bytes(row.value)) == (
-        "sensors.s1", 1, 42, b"k", b"\xff not json"
-    )  # fmt: skip
+        "sensors.s1",
+        1,
+        42,
+        b"k",
+        b"\xff not json",
+    )
     assert (row.kafka_timestamp, row.batch_id, row.headers[0].key) == (sent, 7, "producer")
     assert to_sensor_records(kafka, 7).columns == TABLE.column_names

@@ -19,30 +19,47 @@ pytestmark = pytest.mark.integration
 def hourly(spark: SparkSession, *rows: dict[str, Any]) -> DataFrame:
     """gold.sensor_hourly rows: every metric reads `mean` `readings` times unless given."""
     full = [
-        {"sessions_active": len(r["session_ids"]), "updates": 1, "rows_changed": 1,
-         **{f"{m}_{s}": r.get("mean") for m in METRICS for s in ("min", "mean", "max")},
-         **{f"{m}_readings": r.get("readings", 1) for m in METRICS},
-         **{k: v for k, v in r.items() if k not in ("mean", "readings")}}
+        {
+            "sessions_active": len(r["session_ids"]),
+            "updates": 1,
+            "rows_changed": 1,
+            **{f"{m}_{s}": r.get("mean") for m in METRICS for s in ("min", "mean", "max")},
+            **{f"{m}_readings": r.get("readings", 1) for m in METRICS},
+            **{k: v for k, v in r.items() if k not in ("mean", "readings")},
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
     return spark.createDataFrame(full, HOURLY_COLUMNS)
 
 
 def test_a_days_mean_is_weighted_by_its_hours_readings(spark: SparkSession) -> None:
     hours = hourly(
         spark,
-        {"sensor_id": "s1", "hour": datetime(2026, 1, 1, 0), "mean": 10.0, "readings": 1,
-         "session_ids": ["a"]},
-        {"sensor_id": "s1", "hour": datetime(2026, 1, 1, 1), "mean": 20.0, "readings": 3,
-         "session_ids": ["a", "b"]},
-    )  # fmt: skip
+        {
+            "sensor_id": "s1",
+            "hour": datetime(2026, 1, 1, 0),
+            "mean": 10.0,
+            "readings": 1,
+            "session_ids": ["a"],
+        },
+        {
+            "sensor_id": "s1",
+            "hour": datetime(2026, 1, 1, 1),
+            "mean": 20.0,
+            "readings": 3,
+            "session_ids": ["a", "b"],
+        },
+    )
 
     (day,) = sensor_daily(hours).collect()
 
     assert day.temperature_mean == 17.5 and day.temperature_readings == 4
     assert (day.day, day.hours_active, day.sessions_active, day.updates) == (
-        date(2026, 1, 1), 2, 2, 2
-    )  # fmt: skip
+        date(2026, 1, 1),
+        2,
+        2,
+        2,
+    )
 
 
 def test_changed_hours_name_their_days(spark: SparkSession) -> None:
@@ -60,9 +77,12 @@ def test_changed_hours_name_their_days(spark: SparkSession) -> None:
 def test_narrowing_keeps_the_hours_of_the_given_days_only(spark: SparkSession) -> None:
     hours = hourly(
         spark,
-        *({"sensor_id": sensor, "hour": datetime(2026, 1, day, 5), "session_ids": ["a"]}
-          for sensor in ("s1", "s2") for day in (1, 2)),
-    )  # fmt: skip
+        *(
+            {"sensor_id": sensor, "hour": datetime(2026, 1, day, 5), "session_ids": ["a"]}
+            for sensor in ("s1", "s2")
+            for day in (1, 2)
+        ),
+    )
     days = spark.createDataFrame([("s1", date(2026, 1, 2))], "sensor_id STRING, day DATE")
 
     (narrowed,) = of_days(days, hours)

@@ -17,9 +17,18 @@ pytestmark = pytest.mark.integration
 
 def changes(spark: SparkSession, *rows: dict[str, Any]) -> DataFrame:
     """silver.row_changes rows, with whatever a row leaves out empty or zero."""
-    defaults = {"sensor_id": "s1", "session_id": "a", "row_id": "r1", "op": "update",
-                "seq": 1, "ordinal": 0, "batch_id": 0, "topic": "sensors.s1", "partition": 0,
-                "offset": 0}  # fmt: skip
+    defaults = {
+        "sensor_id": "s1",
+        "session_id": "a",
+        "row_id": "r1",
+        "op": "update",
+        "seq": 1,
+        "ordinal": 0,
+        "batch_id": 0,
+        "topic": "sensors.s1",
+        "partition": 0,
+        "offset": 0,
+    }
     return spark.createDataFrame([{**defaults, **row} for row in rows], row_changes.TABLE.columns)
 
 
@@ -38,8 +47,11 @@ def test_an_hour_counts_updates_and_the_rows_they_changed_but_not_snapshot_rows(
     (hour,) = sensor_hourly(rows).collect()
 
     assert (hour.hour, hour.updates, hour.rows_changed, hour.sessions_active) == (
-        datetime(2026, 1, 1, 7), 3, 2, 2
-    )  # fmt: skip
+        datetime(2026, 1, 1, 7),
+        3,
+        2,
+        2,
+    )
     assert (hour.temperature_min, hour.temperature_mean, hour.temperature_max) == (10, 20, 30)
     assert hour.temperature_readings == 3 and hour.session_ids == ["a", "b"]
 

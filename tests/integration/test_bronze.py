@@ -38,8 +38,14 @@ FAULTS = {
 }
 
 
-BASE_SPEC = TrafficSpec(seed=11, sensors=3, sessions_per_sensor=3, rows_per_snapshot=50,
-                        updates_per_session=60, partitions=2)  # fmt: skip
+BASE_SPEC = TrafficSpec(
+    seed=11,
+    sensors=3,
+    sessions_per_sensor=3,
+    rows_per_snapshot=50,
+    updates_per_session=60,
+    partitions=2,
+)
 
 
 def spec(prefix: str, **fields: Any) -> TrafficSpec:

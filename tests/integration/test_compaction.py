@@ -42,9 +42,14 @@ def contents(spark: SparkSession, s: Settings) -> dict[str, list[str]]:
 def small_files_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Streams and incremental gold runs leave a few small files per batch and run."""
     root = tmp_path_factory.mktemp("compact")
-    s = settings_for(root, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="2",
-                     quality__validate_streams="false",
-                     compact__min_retention_hours="0")  # fmt: skip
+    s = settings_for(
+        root,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__max_files_per_trigger="2",
+        quality__validate_streams="false",
+        compact__min_retention_hours="0",
+    )
     bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
     for spec in INCREMENTS[:2]:
         for sensor in range(2):  # one commit per sensor: several files for silver to read
@@ -91,8 +96,11 @@ def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
     tables = catalog.lake_tables(spark, s.storage.root)
     files = {name: snapshot(spark, location) for name, location in tables.items()}
 
-    with pytest.raises(LakehouseError, match=r"refusing to VACUUM silver\.\w+ .*: gold\.\w+ has "
-                       r"not read its versions from \d+ on.*nothing was compacted"):  # fmt: skip
+    with pytest.raises(
+        LakehouseError,
+        match=r"refusing to VACUUM silver\.\w+ .*: gold\.\w+ has "
+        r"not read its versions from \d+ on.*nothing was compacted",
+    ):
         compact(spark, s, READERS, retention_hours=0)
 
     assert {name: snapshot(spark, location) for name, location in tables.items()} == files
@@ -104,12 +112,25 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix = "compaction.sensors."
-    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__trigger_interval="1 second",
-                    silver__trigger_interval="1 second", silver__max_files_per_trigger="2",
-                    quality__validate_streams="false")  # fmt: skip
+    env = overrides(
+        tmp_path,
+        kafka_bootstrap,
+        prefix,
+        bronze__trigger_interval="1 second",
+        silver__trigger_interval="1 second",
+        silver__max_files_per_trigger="2",
+        quality__validate_streams="false",
+    )
     s = settings_for(tmp_path, kafka_bootstrap, prefix)
-    spec = TrafficSpec(seed=4, sensors=2, sessions_per_sensor=4, rows_per_snapshot=20,
-                       updates_per_session=80, topic_prefix=prefix, partitions=2)  # fmt: skip
+    spec = TrafficSpec(
+        seed=4,
+        sensors=2,
+        sessions_per_sensor=4,
+        rows_per_snapshot=20,
+        updates_per_session=80,
+        topic_prefix=prefix,
+        partitions=2,
+    )
     sent = produce(spec, kafka_bootstrap).records
     streams = {
         layer: subprocess.Popen(
@@ -148,8 +169,9 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     # reconstruction of everything bronze holds.
     reconstruct.run(spark, replace(s, quality=replace(s.quality, validate_streams=False)))
     admitted = spark.read.format("delta").load(bronze).collect()
-    expected_silver = reference.reconstruct([(r.topic, r.partition, r.offset, bytes(r.value))
-                                             for r in admitted])  # fmt: skip
+    expected_silver = reference.reconstruct(
+        [(r.topic, r.partition, r.offset, bytes(r.value)) for r in admitted]
+    )
     assert_matches(silver_tables(spark, s), expected_silver)
 
 

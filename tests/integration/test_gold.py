@@ -29,8 +29,15 @@ from tests.support import overrides, run_lakehouse, settings_for
 pytestmark = pytest.mark.integration
 
 METRICS = ("temperature", "humidity", "pressure")
-BASE = TrafficSpec(sensors=2, sessions_per_sensor=3, rows_per_snapshot=5, updates_per_session=12,
-                   resync_every=5, session_stagger_seconds=1500, partitions=2)  # fmt: skip
+BASE = TrafficSpec(
+    sensors=2,
+    sessions_per_sensor=3,
+    rows_per_snapshot=5,
+    updates_per_session=12,
+    resync_every=5,
+    session_stagger_seconds=1500,
+    partitions=2,
+)
 INCREMENTS = (
     replace(BASE, seed=1, start_time=datetime(2026, 1, 1, 0, 0, tzinfo=UTC),
             faults={"gap": 1, "duplicate": 1, "malformed_json": 1}),
@@ -84,8 +91,12 @@ def incremental_lake(
         bronze.append(spec)
         reconstruct.run(spark, s)
         run_models(spark, s.storage, MODELS)
-        hours_seen.append({(r.sensor_id, r.hour): r.sessions_active
-                           for r in table(spark, s, sensor_hourly.NAME).collect()})  # fmt: skip
+        hours_seen.append(
+            {
+                (r.sensor_id, r.hour): r.sessions_active
+                for r in table(spark, s, sensor_hourly.NAME).collect()
+            }
+        )
     return s, hours_seen
 
 
@@ -129,14 +140,19 @@ def summary_reference(
     rejected = silver_violations.dropna(subset=["session_id"]).session_id.value_counts()
     return {
         (r.session_id,): {
-            "sensor_id": r.sensor_id, "status": r.status, "records": r.records,
-            "updates": r.updates, "final_rows": r.table_rows,
+            "sensor_id": r.sensor_id,
+            "status": r.status,
+            "records": r.records,
+            "updates": r.updates,
+            "final_rows": r.table_rows,
             "violations": rejected.get(r.session_id, 0),
             "duration_seconds": (r.last_event_time - r.first_event_time).total_seconds(),
-            "first_offset": r.first_offset, "last_offset": r.offset, "last_partition": r.partition,
+            "first_offset": r.first_offset,
+            "last_offset": r.offset,
+            "last_partition": r.partition,
         }
         for r in silver_sessions.itertuples()
-    }  # fmt: skip
+    }
 
 
 def _metrics(group: pd.DataFrame) -> dict[str, Any]:
@@ -184,9 +200,10 @@ def assert_gold_equals_pandas_from_silver(spark: SparkSession, s: Settings) -> N
     assert_rows(
         table(spark, s, session_summary.NAME),
         session_summary.KEY,
-        summary_reference(table(spark, s, sessions.NAME).toPandas(),
-                          table(spark, s, violations.NAME).toPandas()),
-    )  # fmt: skip
+        summary_reference(
+            table(spark, s, sessions.NAME).toPandas(), table(spark, s, violations.NAME).toPandas()
+        ),
+    )
 
 
 def test_incremental_runs_equal_a_full_refresh_even_after_late_records(
@@ -211,9 +228,12 @@ def test_incremental_runs_equal_a_full_refresh_even_after_late_records(
     for name, expected in full.items():
         found = table(spark, s, name)
         assertDataFrameEqual(
-            found, expected.select(*found.columns), checkRowOrder=False, rtol=1e-9,
+            found,
+            expected.select(*found.columns),
+            checkRowOrder=False,
+            rtol=1e-9,
             ignoreNullable=True,
-        )  # fmt: skip
+        )
 
 
 def test_run_gold_selects_downstream_models_and_rebuilds_on_request(

@@ -150,8 +150,14 @@ def hostile_messages(index: int, case: Case) -> list[tuple[bytes | None, bytes]]
 
     def message(seq: int, kind: str, **payload: Any) -> dict[str, Any]:
         time = (at + timedelta(seconds=seq)).isoformat().replace("+00:00", "Z")
-        return {"session_id": session, "sensor_id": SENSOR, "seq": seq, "kind": kind,
-                "event_time": time, **payload}  # fmt: skip
+        return {
+            "session_id": session,
+            "sensor_id": SENSOR,
+            "seq": seq,
+            "kind": kind,
+            "event_time": time,
+            **payload,
+        }
 
     rows = [{"row_id": f"r{r}", "values": {**VALUES, "counter": r}} for r in range(2)]
     update = {"op": "upsert", "row": {"row_id": "r1", "values": {**VALUES, "temperature": 30.0}}}
@@ -170,11 +176,22 @@ def produce_corpus(bootstrap: str) -> tuple[dict[str, list[tuple]], list[tuple]]
     Returns each hostile session's records and the clean ones, as
     (topic, partition, offset, key, value), offsets as the broker gave them.
     """
-    clean = [(r.topic, r.partition, r.key, r.value) for r in generate_traffic(
-        TrafficSpec(seed=11, sensors=2, sessions_per_sensor=3, rows_per_snapshot=5,
-                    updates_per_session=20, resync_every=8, start_time=START, partitions=2,
-                    topic_prefix=PREFIX)
-    )]  # fmt: skip
+    clean = [
+        (r.topic, r.partition, r.key, r.value)
+        for r in generate_traffic(
+            TrafficSpec(
+                seed=11,
+                sensors=2,
+                sessions_per_sensor=3,
+                rows_per_snapshot=5,
+                updates_per_session=20,
+                resync_every=8,
+                start_time=START,
+                partitions=2,
+                topic_prefix=PREFIX,
+            )
+        )
+    ]
     hostile = [
         (TOPIC, index % 2, key, value, session_of(index))
         for index, case in enumerate(CASES)

@@ -43,18 +43,41 @@ def good_rows(table: str) -> list[dict[str, Any]]:
     """A few rows that every expectation of the table's suite accepts."""
     if table == "bronze.sensor_records":
         return [
-            {**lineage(i), "key": b"s1-0", "value": b'{"seq": %d}' % i, "kafka_timestamp": NOW,
-             "kafka_timestamp_type": 0, "headers": [], "ingested_at": NOW, "batch_id": 0}
+            {
+                **lineage(i),
+                "key": b"s1-0",
+                "value": b'{"seq": %d}' % i,
+                "kafka_timestamp": NOW,
+                "kafka_timestamp_type": 0,
+                "headers": [],
+                "ingested_at": NOW,
+                "batch_id": 0,
+            }
             for i in range(4)
-        ]  # fmt: skip
-    values = {"temperature": 21.5, "humidity": 40.0, "pressure": 1013.0, "status": "ok",
-              "counter": 7}  # fmt: skip
+        ]
+    values = {
+        "temperature": 21.5,
+        "humidity": 40.0,
+        "pressure": 1013.0,
+        "status": "ok",
+        "counter": 7,
+    }
     if table == "silver.row_changes":
         snapshot = [
-            {"session_id": "s1-0", "sensor_id": "s1", "row_id": f"r{r}", "op": "snapshot",
-             **values, "seq": 0, "ordinal": r, "event_time": NOW, "batch_id": 0, **lineage(0)}
+            {
+                "session_id": "s1-0",
+                "sensor_id": "s1",
+                "row_id": f"r{r}",
+                "op": "snapshot",
+                **values,
+                "seq": 0,
+                "ordinal": r,
+                "event_time": NOW,
+                "batch_id": 0,
+                **lineage(0),
+            }
             for r in range(3)
-        ]  # fmt: skip
+        ]
         updates = [
             {**snapshot[0], "op": "update", "seq": seq, "ordinal": 0, **lineage(seq)}
             for seq in (1, 2, 3)
@@ -63,24 +86,55 @@ def good_rows(table: str) -> list[dict[str, Any]]:
         return [*snapshot, *updates, resync]
     if table == "silver.session_rows":
         return [
-            {"session_id": "s1-0", "sensor_id": "s1", "row_id": f"r{r}", **values, "seq": 3,
-             "event_time": NOW, **lineage(3)}
+            {
+                "session_id": "s1-0",
+                "sensor_id": "s1",
+                "row_id": f"r{r}",
+                **values,
+                "seq": 3,
+                "event_time": NOW,
+                **lineage(3),
+            }
             for r in range(3)
-        ]  # fmt: skip
+        ]
     if table == "silver.sessions":
         return [
-            {"session_id": f"s1-{s}", "sensor_id": "s1", "status": "open", "first_seq": 0,
-             "last_seq": 9, "records": 2000, "snapshots": 1, "updates": 1999, "rejected": 1,
-             "gaps": 0, "table_rows": 3, "first_event_time": NOW,
-             "last_event_time": NOW + timedelta(minutes=5), "first_topic": "sensors.s1",
-             "first_partition": 0, "first_offset": 1, "updated_batch_id": 0, **lineage(s)}
+            {
+                "session_id": f"s1-{s}",
+                "sensor_id": "s1",
+                "status": "open",
+                "first_seq": 0,
+                "last_seq": 9,
+                "records": 2000,
+                "snapshots": 1,
+                "updates": 1999,
+                "rejected": 1,
+                "gaps": 0,
+                "table_rows": 3,
+                "first_event_time": NOW,
+                "last_event_time": NOW + timedelta(minutes=5),
+                "first_topic": "sensors.s1",
+                "first_partition": 0,
+                "first_offset": 1,
+                "updated_batch_id": 0,
+                **lineage(s),
+            }
             for s in range(3)
-        ]  # fmt: skip
+        ]
     return [
-        {"session_id": "s1-0", "sensor_id": "s1", "reason": reason, "detail": "",
-         "expected_seq": 4, "found_seq": 5, "raw_value": b"{}", "batch_id": 0, **lineage(i)}
+        {
+            "session_id": "s1-0",
+            "sensor_id": "s1",
+            "reason": reason,
+            "detail": "",
+            "expected_seq": 4,
+            "found_seq": 5,
+            "raw_value": b"{}",
+            "batch_id": 0,
+            **lineage(i),
+        }
         for i, reason in enumerate(("gap", "duplicate", "quarantined"))
-    ]  # fmt: skip
+    ]
 
 
 def change(index: int, **fields: Any) -> Callable[[list[dict[str, Any]]], None]:
@@ -179,8 +233,10 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
         assert admitted.count() == len(rows) - 1
         assert [r.expectation for r in quarantine] == [expectation]
         (restored,) = gates.quarantined_rows(spark, storage, table, SCHEMAS[table]).collect()
-        assert restored.asDict() == {**batch.exceptAll(admitted).first().asDict(),
-                                     "expectation": expectation}  # fmt: skip
+        assert restored.asDict() == {
+            **batch.exceptAll(admitted).first().asDict(),
+            "expectation": expectation,
+        }
     else:
         assert admitted.count() == len(rows)
         assert quarantine == []

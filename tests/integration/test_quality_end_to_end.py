@@ -26,15 +26,32 @@ from tests.support import overrides, run_lakehouse, settings_for
 pytestmark = pytest.mark.integration
 
 FAULTS = {"null_key": 2, "oversize": 1, "duplicate": 2, "gap": 1, "malformed_json": 1}
-PUBLIC_READ = json.dumps({"Version": "2012-10-17", "Statement": [
-    {"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"],
-     "Resource": ["arn:aws:s3:::reports/*"]}]})  # fmt: skip
+PUBLIC_READ = json.dumps(
+    {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": "*",
+                "Action": ["s3:GetObject"],
+                "Resource": ["arn:aws:s3:::reports/*"],
+            }
+        ],
+    }
+)
 # A row of the Data Docs index's validation table, once its scripts have built it.
 VALIDATION_ROW = re.compile(
     r"<tr[^>]*>\s*<td[^>]*>(.*?)</td>.*?<a[^>]*>\s*([a-z]+\.[a-z_]+)\s*</a>\s*</td>\s*</tr>", re.S
 )
-SPEC = TrafficSpec(seed=23, sensors=3, sessions_per_sensor=3, rows_per_snapshot=20,
-                   updates_per_session=40, partitions=2, faults=FAULTS)  # fmt: skip
+SPEC = TrafficSpec(
+    seed=23,
+    sensors=3,
+    sessions_per_sensor=3,
+    rows_per_snapshot=20,
+    updates_per_session=40,
+    partitions=2,
+    faults=FAULTS,
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +91,10 @@ def test_bronze_quarantines_exactly_the_records_the_protocol_forbids(
 
     counts = quarantined.groupBy("expectation").count().collect()
     by_expectation = {r.expectation: r["count"] for r in counts}
-    assert by_expectation == {"key_present": FAULTS["null_key"],
-                              "value_within_size_bound": FAULTS["oversize"]}  # fmt: skip
+    assert by_expectation == {
+        "key_present": FAULTS["null_key"],
+        "value_within_size_bound": FAULTS["oversize"],
+    }
     assert failed_in(spark, settings, "stream") == {
         ("bronze.sensor_records", "key_present"): FAULTS["null_key"],
         ("bronze.sensor_records", "value_within_size_bound"): FAULTS["oversize"],
@@ -93,9 +112,12 @@ def test_check_fails_the_violation_rate_for_every_faulty_session_and_nothing_els
     checks = check_tables(spark, settings, echo=lines.append)
 
     assert {c.suite.table for c in checks} == {
-        "bronze.sensor_records", "silver.row_changes", "silver.session_rows",
-        "silver.sessions", "silver.violations",
-    }  # fmt: skip
+        "bronze.sensor_records",
+        "silver.row_changes",
+        "silver.session_rows",
+        "silver.sessions",
+        "silver.violations",
+    }
     assert not any(c.blocking for c in checks), lines
     # One fault per session, and each makes its session reject at least one record: above
     # the bound of 1 in 1,000 (a null key or an oversize value through the gap it leaves).
@@ -128,17 +150,27 @@ def test_report_publishes_data_docs_that_render_every_suite_with_its_state_in_a_
     assert checked.returncode == 0, checked.stderr
     assert "5 tables checked: 4 passed, 1 with warnings, 0 failed" in checked.stdout
     assert report.returncode == 0, report.stderr
-    for line in ("PASS bronze.sensor_records", "PASS silver.row_changes", "WARN silver.sessions",
-                 "[warn] silver.sessions.violation_rate_below_bound",
-                 "published", "s3://reports/data-docs/index.html"):  # fmt: skip
+    for line in (
+        "PASS bronze.sensor_records",
+        "PASS silver.row_changes",
+        "WARN silver.sessions",
+        "[warn] silver.sessions.violation_rate_below_bound",
+        "published",
+        "s3://reports/data-docs/index.html",
+    ):
         assert line in report.stdout
     assert f"Data Docs: {build_data_docs(settings)}" in report.stdout
     # The index the browser built from the published site: one row per suite, its state.
     rows: dict[str, str] = {}
     for icons, suite in VALIDATION_ROW.findall(dom):
         rows.setdefault(suite, icons)  # newest first
-    assert set(rows) == {"bronze.sensor_records", "silver.row_changes", "silver.session_rows",
-                         "silver.sessions", "silver.violations"}  # fmt: skip
+    assert set(rows) == {
+        "bronze.sensor_records",
+        "silver.row_changes",
+        "silver.session_rows",
+        "silver.sessions",
+        "silver.violations",
+    }
     assert "ge-failed-icon" in rows["silver.sessions"]
     assert all("ge-success-icon" in rows[s] for s in rows if s != "silver.sessions")
     assert screenshot.stat().st_size > 10_000 and screenshot.read_bytes()[:4] == b"\x89PNG"
@@ -152,11 +184,17 @@ def test_a_failing_fail_expectation_stops_the_stream_and_the_rerun_after_a_fix_l
     suites = tmp_path / "suites"
     suite = suites / "bronze" / "sensor_records.json"
     suite.parent.mkdir(parents=True)
-    entry = {"name": "at_most_ten", "severity": "fail",
-             "type": "expect_table_row_count_to_be_between",
-             "kwargs": {"min_value": 0, "max_value": 10}}  # fmt: skip
-    suite.write_text(json.dumps({"table": "bronze.sensor_records", "row_key": ["topic"],
-                                 "expectations": [entry]}))  # fmt: skip
+    entry = {
+        "name": "at_most_ten",
+        "severity": "fail",
+        "type": "expect_table_row_count_to_be_between",
+        "kwargs": {"min_value": 0, "max_value": 10},
+    }
+    suite.write_text(
+        json.dumps(
+            {"table": "bronze.sensor_records", "row_key": ["topic"], "expectations": [entry]}
+        )
+    )
     settings = settings_for(tmp_path, kafka_bootstrap, prefix, quality__suites=str(suites))
     table = settings.storage.table_uri("bronze.sensor_records")
 

@@ -139,11 +139,22 @@ def test_a_published_page_served_over_http_runs_its_script_in_a_browser(
     assert anonymous.value.code == 403
 
     # Served as a static website is: anonymous reads of the bucket's objects.
-    client(s3).put_bucket_policy(Bucket="site", Policy=json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"],
-                       "Resource": ["arn:aws:s3:::site/*"]}],
-    }))  # fmt: skip
+    client(s3).put_bucket_policy(
+        Bucket="site",
+        Policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": "*",
+                        "Action": ["s3:GetObject"],
+                        "Resource": ["arn:aws:s3:::site/*"],
+                    }
+                ],
+            }
+        ),
+    )
     with urllib.request.urlopen(url, timeout=10) as response:
         assert response.headers["Content-Type"] == "text/html; charset=utf-8"
     screenshot = tmp_path / "page.png"

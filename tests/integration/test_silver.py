@@ -67,8 +67,9 @@ def assert_matches(found: reference.Expected, expected: reference.Expected) -> N
     assert found.changes == expected.changes
 
 
-SMALL_SPEC = TrafficSpec(sensors=2, sessions_per_sensor=3, rows_per_snapshot=6,
-                         updates_per_session=15, resync_every=6)  # fmt: skip
+SMALL_SPEC = TrafficSpec(
+    sensors=2, sessions_per_sensor=3, rows_per_snapshot=6, updates_per_session=15, resync_every=6
+)
 
 
 def small_spec(seed: int, faults: dict[str, int], **fields: Any) -> TrafficSpec:

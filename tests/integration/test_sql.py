@@ -47,8 +47,10 @@ def gold_lake(
 def expected_hourly(spark: SparkSession, version: int | None = None) -> list[list[str]]:
     travel = f" VERSION AS OF {version}" if version is not None else ""
     query = HOURLY.replace("gold.sensor_hourly", f"gold.sensor_hourly{travel}")
-    return [[r.sensor_id, f"{r.hour:%Y-%m-%d %H:%M:%S}", str(r.updates)]
-            for r in spark.sql(query).collect()]  # fmt: skip
+    return [
+        [r.sensor_id, f"{r.hour:%Y-%m-%d %H:%M:%S}", str(r.updates)]
+        for r in spark.sql(query).collect()
+    ]
 
 
 def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
@@ -87,14 +89,16 @@ def test_sql_refuses_ddl_and_dml_unless_writes_are_allowed(
     _, env = gold_lake
     rows = spark.table("gold.sensor_daily").count()
 
-    refused = run_lakehouse("sql", "DELETE FROM gold.sensor_daily; DROP TABLE gold.sensor_daily",
-                            env=env)  # fmt: skip
+    refused = run_lakehouse(
+        "sql", "DELETE FROM gold.sensor_daily; DROP TABLE gold.sensor_daily", env=env
+    )
     allowed = run_lakehouse(
-        "sql", "--allow-writes",
+        "sql",
+        "--allow-writes",
         "CREATE OR REPLACE VIEW gold.busy_hours AS "
         "SELECT * FROM gold.sensor_hourly WHERE updates > 5",
         env=env,
-    )  # fmt: skip
+    )
 
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines()[-1] == (
@@ -113,9 +117,13 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
     _, env = gold_lake
     port = process.free_port()
     server = subprocess.Popen(
-        lakehouse_command("sql-server", "--port", str(port)), env={**os.environ, **env},
-        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        lakehouse_command("sql-server", "--port", str(port)),
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while process.free(port):
@@ -145,14 +153,25 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
 def beeline(port: int, statement: str) -> subprocess.CompletedProcess[str]:
     home = Path(pyspark.__file__).parent
     return subprocess.run(
-        [str(home / "bin" / "beeline"), "-u", f"jdbc:hive2://127.0.0.1:{port}/gold",
-         "--silent=true", "--outputformat=csv2", "-e", statement],
-        env={**os.environ, "SPARK_HOME": str(home)}, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        [
+            str(home / "bin" / "beeline"),
+            "-u",
+            f"jdbc:hive2://127.0.0.1:{port}/gold",
+            "--silent=true",
+            "--outputformat=csv2",
+            "-e",
+            statement,
+        ],
+        env={**os.environ, "SPARK_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _without_prompt(output: str) -> list[str]:
     """beeline 2.3 prints its prompt before the first line even when silent."""
-    lines = [line.split("> ", 1)[-1] if "jdbc:hive2://" in line else line
-             for line in output.splitlines()]  # fmt: skip
+    lines = [
+        line.split("> ", 1)[-1] if "jdbc:hive2://" in line else line for line in output.splitlines()
+    ]
     return [line for line in lines if line.strip()]

@@ -15,8 +15,9 @@ def names(models: list[Model]) -> list[str]:
 
 
 def model(name: str, *reads: str) -> Model:
-    return Model(TableSpec(name, "one row per k", "k INT", "test"), reads, ("k",), print, print,
-                 print)  # type: ignore[arg-type]  # fmt: skip
+    return Model(
+        TableSpec(name, "one row per k", "k INT", "test"), reads, ("k",), print, print, print
+    )
 
 
 def test_models_run_after_the_models_they_read() -> None:

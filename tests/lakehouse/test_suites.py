@@ -31,8 +31,11 @@ def test_every_shipped_suite_loads_with_all_its_entries() -> None:
     suites = load_suites(PROJECT_ROOT / "expectations")
 
     assert {s.table for s in suites} >= {
-        "bronze.sensor_records", "silver.row_changes", "silver.sessions", "silver.violations",
-    }  # fmt: skip
+        "bronze.sensor_records",
+        "silver.row_changes",
+        "silver.sessions",
+        "silver.violations",
+    }
     for suite in suites:
         raw = json.loads(suite.path.read_text())
         assert len(suite.to_gx().expectations) == len(raw["expectations"]) == len(suite.checks)

@@ -58,9 +58,14 @@ BIG = 2**63
 def test_every_kind_of_good_message_parses_to_typed_values() -> None:
     snapshot, upsert, delete, end = (parse(GOOD[k]) for k in GOOD)
     assert snapshot.problem is None and snapshot.rows == {
-        "r1": {"temperature": 21.5, "humidity": 40.0, "pressure": 1000.0, "status": "ok",
-               "counter": 7}
-    }  # fmt: skip
+        "r1": {
+            "temperature": 21.5,
+            "humidity": 40.0,
+            "pressure": 1000.0,
+            "status": "ok",
+            "counter": 7,
+        }
+    }
     assert isinstance(snapshot.rows["r1"]["humidity"], float)
     assert snapshot.event_time == 1_767_225_600_000_000
     assert (upsert.op, upsert.row_id, upsert.event_time) == ("upsert", "r1", 1_767_225_601_250_000)
@@ -181,8 +186,13 @@ def test_value_fields_may_be_missing_or_null_and_unknown_ones_are_ignored() -> N
     body = changed("upsert", "row.values", {"temperature": None, "colour": "red", "counter": 1})
     record = parse(body)
     assert record.problem is None
-    assert record.values == {"temperature": None, "humidity": None, "pressure": None,
-                             "status": None, "counter": 1}  # fmt: skip
+    assert record.values == {
+        "temperature": None,
+        "humidity": None,
+        "pressure": None,
+        "status": None,
+        "counter": 1,
+    }
 
 
 def test_a_snapshot_naming_a_row_twice_is_invalid() -> None:

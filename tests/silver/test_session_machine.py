@@ -27,8 +27,14 @@ def vals(t: float) -> dict[str, Any]:
 
 
 def raw(seq: Any, kind: str = "update", **payload: Any) -> bytes:
-    body = {"session_id": "s1", "sensor_id": "a", "seq": seq, "kind": kind,
-            "event_time": f"2026-01-01T00:00:{int(seq) % 60:02d}.000Z", **payload}  # fmt: skip
+    body = {
+        "session_id": "s1",
+        "sensor_id": "a",
+        "seq": seq,
+        "kind": kind,
+        "event_time": f"2026-01-01T00:00:{int(seq) % 60:02d}.000Z",
+        **payload,
+    }
     return json.dumps(body).encode()
 
 
@@ -75,8 +81,11 @@ def test_truncated_json_is_unparsable() -> None:
 
 
 def test_missing_seq_is_invalid_and_names_the_field() -> None:
-    record = rec(json.dumps({"session_id": "s1", "sensor_id": "a", "kind": "end",
-                             "event_time": "x"}).encode())  # fmt: skip
+    record = rec(
+        json.dumps(
+            {"session_id": "s1", "sensor_id": "a", "kind": "end", "event_time": "x"}
+        ).encode()
+    )
     assert record.problem is Reason.INVALID and "seq" in (record.detail or "")
 
 
