@@ -208,7 +208,6 @@ VALUE_COLUMNS = ", ".join(f.column for f in VALUE_FIELDS)
 """The value columns of silver's row tables, typed as the protocol types them."""
 
 
-
 @dataclass(frozen=True)
 class Message:
     """A message that keeps the protocol, typed. `event_time` is microseconds since the

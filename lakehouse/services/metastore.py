@@ -135,9 +135,7 @@ def create_template(force: bool = False) -> Path:
         [sys.executable, "-c", script], cwd=TEMPLATE_DIR, capture_output=True, text=True
     )
     if result.returncode != 0 or not (TEMPLATE_DIR / DATABASE).exists():
-        raise LakehouseError(
-            f"could not create the metastore schema: {explain(result.stderr)}"
-        )
+        raise LakehouseError(f"could not create the metastore schema: {explain(result.stderr)}")
     shutil.rmtree(TEMPLATE_DIR / "warehouse", ignore_errors=True)
     stamp.write_text(pyspark.__version__)
     return TEMPLATE_DIR
