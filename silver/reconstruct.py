@@ -125,25 +125,12 @@ def reconstruct_sessions(
             return
         session = load_state(state.get) if state.exists else SessionState(session_id)
         topic = _topic(session) if session.first_lineage else records[0].lineage.topic
-        machine = machine_for(topic, session_id)
-        try:
-            out = machine.process(session, records)
-            frame = to_frame(out, session)
-        except IntegrityError:
-            raise
-        except Exception as error:
-            # Outside the per-record guard (typing the output, say): the batch's records
-            # become violations and the state stays as it was, so the session goes on as
-            # if they had never come: its next record shows the gap.
-            frame = to_frame(Output(violations=internal_violations(records, error)))
-            if machine.policy is Policy.FAIL:
-                raise IntegrityError(f"session {session_id}: {frame.loc[0, 'detail']}") from None
-            yield frame
-            return
-        # A closed session stays until the timeout, so that a record after its end is
-        # rejected as such in any later batch rather than opening a new session.
-        state.update(save_state(session))
-        state.setTimeoutDuration(timeout_ms)
+        frame, keep = judge(machine_for(topic, session_id), session, records)
+        if keep:
+            # A closed session stays until the timeout, so that a record after its end is
+            # rejected as such in any later batch rather than opening a new session.
+            state.update(save_state(session))
+            state.setTimeoutDuration(timeout_ms)
         yield frame
 
     return keyed.groupBy("session_id").applyInPandasWithState(
@@ -153,6 +140,28 @@ def reconstruct_sessions(
         "append",
         GroupStateTimeout.ProcessingTimeTimeout,
     )
+
+
+def judge(
+    machine: SessionMachine, session: SessionState, records: list[Record]
+) -> tuple[pd.DataFrame, bool]:
+    """The session's output for a batch of its records, and whether its new state is kept.
+
+    Nothing raises but the `fail` policy: an error outside the state machine's own guard
+    per record (typing the output, say) makes the batch's records `internal` violations
+    and the state stays as it was, so the session goes on as if they had never come: its
+    next record shows the gap.
+    """
+    try:
+        return to_frame(machine.process(session, records), session), True
+    except IntegrityError:
+        raise
+    except Exception as error:
+        frame = to_frame(Output(violations=internal_violations(records, error)))
+        if machine.policy is Policy.FAIL:
+            detail = frame.loc[0, "detail"]
+            raise IntegrityError(f"session {session.session_id}: {detail}") from None
+        return frame, False
 
 
 def unkeyed_violation(record: Record) -> Violation:

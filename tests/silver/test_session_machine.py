@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -371,3 +372,31 @@ def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> Non
     assert str(frame["counter"].dtype) == "Int64" and str(frame["found_seq"].dtype) == "Int64"
     assert frame["counter"].iloc[0] == 2**63 - 1 and frame["counter"].isna().iloc[1]
     assert frame["found_seq"].tolist()[2] == 2**63 - 2
+
+
+class EmitsAnUntypedValue(SessionMachine):
+    """A machine with a bug past its per-record guard: a value its table cannot hold."""
+
+    def process(self, state: SessionState, records):  # type: ignore[no-untyped-def]
+        out = super().process(state, records)
+        out.changes.append(replace(out.changes[0], values={"counter": "many"}))
+        return out
+
+
+def test_an_error_typing_a_sessions_output_makes_its_records_internal_violations() -> None:
+    from silver.reconstruct import judge
+
+    records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
+    frame, keep = judge(EmitsAnUntypedValue(), SessionState("s1"), records)
+
+    assert not keep
+    assert frame["reason"].tolist() == ["internal", "internal"]
+    assert frame["offset"].tolist() == [r.lineage.offset for r in records]
+    assert "handling the session's batch failed" in frame["detail"][0]
+
+
+def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
+    from silver.reconstruct import judge
+
+    with pytest.raises(IntegrityError, match="session s1: handling the session's batch failed"):
+        judge(EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), [snapshot(0, r1=1)])
