@@ -23,7 +23,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse import jars
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import LakehouseError, explain
 
 FORMATS = ("table", "csv", "json")
 
@@ -93,7 +93,7 @@ def run_statements(
             rows = frame.limit(max_rows + 1).collect() if fmt == "table" else frame.collect()
         except Exception as error:
             where = f"statement {number}: " if len(statements) > 1 else ""
-            raise LakehouseError(f"{where}{sql_error(error)}") from None
+            raise LakehouseError(f"{where}{explain(error)}") from None
         if number > 1 and fmt == "table":
             out("")
         for line in render(frame.columns, rows[:max_rows] if fmt == "table" else rows, fmt):
@@ -141,20 +141,11 @@ def serve(spark: SparkSession, stop: threading.Event) -> None:
     try:
         server = server_class.startWithContext(spark._jsparkSession.sqlContext())
     except Exception as error:
-        raise LakehouseError(f"the SQL server could not start: {sql_error(error)}") from None
+        raise LakehouseError(f"the SQL server could not start: {explain(error)}") from None
     try:
         stop.wait()
     finally:
         server.stop()
-
-
-def sql_error(error: Exception) -> str:
-    """The line of a failed statement that says why: Spark's message without its plan."""
-    text = str(getattr(error, "desc", None) or error)
-    if "read-only: " in text:
-        return "read-only: " + text.split("read-only: ", 1)[1].splitlines()[0]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0][:500] if lines else type(error).__name__
 
 
 def _text(value: Any) -> str:
