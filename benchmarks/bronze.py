@@ -12,43 +12,25 @@ counts, so JIT warm-up and page cache favour neither side.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import broker, run_settings, traffic_parser
 from bronze import sensor_records
+from lakehouse.console import echo
 from lakehouse.producer import TrafficSpec, produce
-from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings, load_settings
+from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sensors", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=100, help="per sensor")
-    parser.add_argument("--updates", type=int, default=998, help="per session")
-    parser.add_argument("--rows", type=int, default=200, help="per snapshot")
-    args = parser.parse_args()
+    args = traffic_parser(__doc__).parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-bronze-") as tmp:
         root = Path(tmp)
-        broker = EmbeddedKafka(root / "kafka")
-        bootstrap = broker.start()
-        try:
-            settings = load_settings(
-                "local",
-                environ={
-                    "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
-                    "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-                    "LAKEHOUSE__CATALOG__METASTORE": "none",
-                    "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                    "LAKEHOUSE__KAFKA__PARTITIONS": "4",
-                },
-            )
+        with broker(root) as bootstrap:
+            settings = run_settings(root / "lake", bootstrap, kafka__partitions="4")
             spec = TrafficSpec(
                 sensors=args.sensors,
                 sessions_per_sensor=args.sessions,
@@ -56,40 +38,27 @@ def main() -> None:
                 rows_per_snapshot=args.rows,
                 partitions=settings.kafka.partitions,
             )
-            print(
-                f"producing {args.sensors * args.sessions * (args.updates + 2):,} records ...",
-                flush=True,
-            )
+            echo(f"producing {args.sensors * args.sessions * (args.updates + 2):,} records ...")
             report = produce(spec, bootstrap, progress=True)
-            print(report.to_text().splitlines()[0], flush=True)
+            echo(report.to_text().splitlines()[0])
             spark = build_spark(settings, app_name="bench-bronze")
-            print("warm-up run (not timed) ...", flush=True)
+            echo("warm-up run (not timed) ...")
             time_noop(spark, settings, bootstrap, root / "warm-up")
             noop_runs, bronze_runs = [], []
             for attempt in range(2):
                 noop_runs.append(time_noop(spark, settings, bootstrap, root / f"noop-{attempt}"))
-                lake = load_settings(
-                    "local",
-                    environ={
-                        "LAKEHOUSE__STORAGE__ROOT": str(root / f"lake-{attempt}"),
-                        "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-                        "LAKEHOUSE__CATALOG__METASTORE": "none",
-                        "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-                    },
-                )
+                lake = run_settings(root / f"lake-{attempt}", bootstrap)
                 started = time.perf_counter()
                 stats = sensor_records.run(spark, lake)
                 bronze_runs.append(time.perf_counter() - started)
                 assert stats.input_rows == report.records, "bronze must ingest every record"
-        finally:
-            broker.stop()
 
     noop_s, bronze_s = min(noop_runs), min(bronze_runs)
     n = report.records
-    print(f"\nrecords:            {n:,}")
-    print(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  (best of {_runs(noop_runs)})")
-    print(f"kafka -> bronze:    {n / bronze_s:>12,.0f} records/s  (best of {_runs(bronze_runs)})")
-    print(f"ratio bronze/noop:  {noop_s / bronze_s:.2f}")
+    echo(f"\nrecords:            {n:,}")
+    echo(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  (best of {_runs(noop_runs)})")
+    echo(f"kafka -> bronze:    {n / bronze_s:>12,.0f} records/s  (best of {_runs(bronze_runs)})")
+    echo(f"ratio bronze/noop:  {noop_s / bronze_s:.2f}")
 
 
 def _runs(seconds: list[float]) -> str:

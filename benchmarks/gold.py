@@ -22,13 +22,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from benchmarks.common import run_settings
 from bronze import sensor_records
 from lakehouse import delta
 from lakehouse.compaction import compact, snapshot
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic
-from lakehouse.settings import load_settings
 from lakehouse.spark import build_spark
 from silver import reconstruct
 
@@ -50,14 +50,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-gold-") as tmp:
-        settings = load_settings(
-            "local",
-            environ={
-                "LAKEHOUSE__STORAGE__ROOT": str(Path(tmp) / "lake"),
-                "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-                "LAKEHOUSE__CATALOG__METASTORE": "none",
-            },
-        )
+        settings = run_settings(Path(tmp) / "lake")
         spark = build_spark(settings, app_name="bench-gold")
         spark.sparkContext.setLogLevel("ERROR")
         bronze = settings.storage.table_uri("bronze.sensor_records")

@@ -11,7 +11,6 @@ counts. Prints records/s for each and the overhead, 1 - with/without.
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from collections.abc import Callable
@@ -21,22 +20,17 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from benchmarks.common import run_settings, traffic_parser
 from bronze import sensor_records
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings, load_settings
+from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
 from silver import reconstruct
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sensors", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=100, help="per sensor")
-    parser.add_argument("--updates", type=int, default=998, help="per session")
-    parser.add_argument("--rows", type=int, default=200, help="per snapshot")
+    parser = traffic_parser(__doc__)
     parser.add_argument(
         "--silver-sessions", type=int, default=30, help="per sensor, for the silver runs"
     )
@@ -86,17 +80,12 @@ def main() -> None:
 
 
 def settings(root: Path, bootstrap: str, validate: bool, prefix: str = "sensors.") -> Settings:
-    return load_settings(
-        "local",
-        environ={
-            "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
-            "LAKEHOUSE__QUALITY__LOCAL_DIR": str(root / "quality"),
-            "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "LAKEHOUSE__KAFKA__TOPIC_PREFIX": prefix,
-            "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": str(validate).lower(),
-            "LAKEHOUSE__CATALOG__METASTORE": "none",
-            "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
-        },
+    return run_settings(
+        root / "lake",
+        bootstrap,
+        kafka__topic_prefix=prefix,
+        quality__validate_streams=str(validate).lower(),
+        silver__max_files_per_trigger="40",
     )
 
 

@@ -13,7 +13,6 @@ and a probe of the two Python state APIs doing the same per-session work.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -26,10 +25,11 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.common import run_settings, traffic_parser
 from bronze import sensor_records
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings, load_settings
+from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
 from silver import reconstruct
 
@@ -41,13 +41,7 @@ PROTOCOL = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sensors", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=100, help="per sensor, all live at once")
-    parser.add_argument("--updates", type=int, default=998, help="per session")
-    parser.add_argument("--rows", type=int, default=200, help="per snapshot")
+    parser = traffic_parser(__doc__)
     parser.add_argument("--state-sessions", type=int, default=10_000, help="0 to skip")
     args = parser.parse_args()
 
@@ -124,16 +118,8 @@ def main() -> None:
 def ingest(
     root: Path, bootstrap: str, spec: TrafficSpec, prefix: str, spark: SparkSession | None
 ) -> tuple[Settings, SparkSession]:
-    settings = load_settings(
-        "local",
-        environ={
-            "LAKEHOUSE__STORAGE__ROOT": str(root / "lake"),
-            "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-            "LAKEHOUSE__CATALOG__METASTORE": "none",
-            "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "LAKEHOUSE__KAFKA__TOPIC_PREFIX": prefix,
-            "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "40",
-        },
+    settings = run_settings(
+        root / "lake", bootstrap, kafka__topic_prefix=prefix, silver__max_files_per_trigger="40"
     )
     spec = replace(spec, topic_prefix=prefix)
     print(
@@ -177,14 +163,8 @@ def time_parse_noop(spark: SparkSession, settings: Settings, checkpoint: Path) -
 
 
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
-    fresh = load_settings(
-        "local",
-        environ={
-            "LAKEHOUSE__STORAGE__ROOT": str(root),
-            "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
-            "LAKEHOUSE__CATALOG__METASTORE": "none",
-            "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": str(settings.silver.max_files_per_trigger),
-        },
+    fresh = run_settings(
+        root, silver__max_files_per_trigger=str(settings.silver.max_files_per_trigger)
     )
     # silver reads bronze under its own root: point it at the shared bronze table
     bronze = Path(settings.storage.table_uri("bronze.sensor_records").removeprefix("file://"))
