@@ -25,7 +25,7 @@ def changed_days(hourly_changes: DataFrame) -> DataFrame:
 def of_days(days: DataFrame, hourly: DataFrame) -> tuple[DataFrame]:
     """`gold.sensor_hourly` cut down to the given (sensor, day) keys."""
     by_day = hourly.withColumn("day", F.to_date("hour"))
-    return (by_day.join(days, list(KEY), "left_semi").drop("day"),)
+    return (by_day.join(days, list(KEY), "left_semi").select(*hourly.columns),)
 
 
 @model(

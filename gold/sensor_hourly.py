@@ -44,7 +44,7 @@ def of_hours(hours: DataFrame, changes: DataFrame) -> tuple[DataFrame]:
         & (F.col("event_time") < F.lit(last) + F.expr("INTERVAL 1 HOUR"))
     )
     keyed = in_range.withColumn("hour", _hour(F.col("event_time")))
-    return (keyed.join(hours, list(KEY), "left_semi").drop("hour"),)
+    return (keyed.join(hours, list(KEY), "left_semi").select(*changes.columns),)
 
 
 def _hour(event_time: Column) -> Column:
