@@ -25,7 +25,6 @@ from delta.exceptions import (
 )
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql.types import StructType
 
 from lakehouse import catalog
 from lakehouse.console import echo
@@ -66,26 +65,25 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
     added to a spec (the change data feed) reaches tables made before it.
     """
     properties = spec.table_properties
-    if not is_delta(spark, location):
-        schema = StructType.fromDDL(spec.columns)
-        assert isinstance(schema, StructType)
-        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(schema)
-        if spec.cluster_by:
-            builder = builder.clusterBy(*spec.cluster_by)
-        for key, value in properties.items():
-            builder = builder.property(key, value)
-        builder.execute()
+    if not catalog.is_delta(spark, location):
+        # SQL rather than DeltaTable.createIfNotExists: the builder compares `file:///x`
+        # with its own `file:/x` and refuses a path table on local disk as ambiguous.
+        clauses = f" CLUSTER BY ({', '.join(spec.cluster_by)})" if spec.cluster_by else ""
+        if properties:
+            clauses += f" TBLPROPERTIES ({_pairs(properties)})"
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({spec.columns}) USING delta{clauses}"
+        )
     else:
         current = DeltaTable.forPath(spark, location).detail().first()
         held = dict(current["properties"]) if current else {}
         if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
-            pairs = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
-            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({pairs})")
+            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
     catalog.register(spark, spec.name, location)
 
 
-def is_delta(spark: SparkSession, location: str) -> bool:
-    return bool(DeltaTable.isDeltaTable(spark, location))
+def _pairs(properties: dict[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
 
 
 def append(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
