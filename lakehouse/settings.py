@@ -120,8 +120,11 @@ class S3Settings:
     endpoint: str
     """`http(s)://host:port`, `embedded` for `lakehouse s3 start`, or empty for AWS itself."""
     region: str
+    path_style: bool
+    """Address buckets in the path (`host/bucket/key`): object stores without wildcard DNS."""
     access_key: str
     secret_key: str
+    """Empty keys leave credentials to the AWS default chain (environment, instance role)."""
 
 
 @dataclass(frozen=True)

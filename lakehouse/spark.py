@@ -42,7 +42,7 @@ def build_spark(
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
         "spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning",
     }
-    for more in (catalog_conf(settings), spark_settings.conf, extra or {}):
+    for more in (catalog_conf(settings), s3a_conf(settings), spark_settings.conf, extra or {}):
         for key, value in more.items():
             # Class paths add up: the metastore's driver and a command's own jars.
             if key == CLASS_PATH and key in conf:
@@ -62,6 +62,26 @@ def build_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_settings.log_level)
     return spark
+
+
+def s3a_conf(settings: Settings) -> dict[str, str]:
+    """Hadoop's S3A settings from the `s3` settings, when the lake is on S3."""
+    if not settings.storage.root.startswith("s3a://"):
+        return {}
+    from lakehouse.services.s3 import resolve_endpoint
+
+    s3 = settings.s3
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint.region": s3.region,
+        "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
+    }
+    endpoint = resolve_endpoint(settings)
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+    if s3.access_key:
+        conf["spark.hadoop.fs.s3a.access.key"] = s3.access_key
+        conf["spark.hadoop.fs.s3a.secret.key"] = s3.secret_key
+    return conf
 
 
 def catalog_conf(settings: Settings) -> dict[str, str]:

@@ -188,19 +188,22 @@ def resolve_endpoint(settings: Settings) -> str | None:
 def client(settings: Settings) -> Any:
     """A boto3 S3 client for the `s3` settings."""
     s3 = settings.s3
-    return s3_client(resolve_endpoint(settings), s3.region, s3.access_key, s3.secret_key)
+    endpoint = resolve_endpoint(settings)
+    return s3_client(endpoint, s3.region, s3.access_key, s3.secret_key, s3.path_style)
 
 
-def s3_client(endpoint: str | None, region: str, access_key: str, secret_key: str) -> Any:
+def s3_client(
+    endpoint: str | None, region: str, access_key: str, secret_key: str, path_style: bool = True
+) -> Any:
     import boto3
     from botocore.config import Config
 
-    # Path-style addressing: local servers have no wildcard DNS for bucket subdomains.
+    style = "path" if path_style else "virtual"
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name=region,
         aws_access_key_id=access_key or None,
         aws_secret_access_key=secret_key or None,
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
+        config=Config(s3={"addressing_style": style}, retries={"max_attempts": 2}),
     )
