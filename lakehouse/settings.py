@@ -47,6 +47,9 @@ class StorageSettings:
     """URI under which every table and checkpoint lives (`file:///…`, `s3a://bucket/prefix`)."""
     local_state: str
     """Local folder for the embedded services of this machine (broker data, pid files)."""
+    lease_seconds: float
+    """On S3, how long a writer's lease of its tables lasts unless renewed (every third of
+    it): how soon another writer may take over from one that crashed."""
 
     def table_uri(self, name: str) -> str:
         """Where the table `<layer>.<table>` keeps its data and log."""

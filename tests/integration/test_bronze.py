@@ -228,7 +228,9 @@ def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     # what the suite quarantines is bronze's too: between them, every record once
     rows = bronze_rows(spark, table.as_uri())
-    rows += as_tuples(quarantined_rows(spark, StorageSettings((tmp_path / "lake").as_uri(), "")))
+    rows += as_tuples(
+        quarantined_rows(spark, StorageSettings((tmp_path / "lake").as_uri(), "", 60))
+    )
     assert len(rows) == report.records
     assert len({r[:3] for r in rows}) == report.records
     assert set(rows) == consume_all(kafka_bootstrap, prefix)

@@ -209,7 +209,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     severity: str,
     mutate: Callable[[list[dict[str, Any]]], None],
 ) -> None:
-    storage = StorageSettings(tmp_path.as_uri(), "")
+    storage = StorageSettings(tmp_path.as_uri(), "", 60)
     layer = table.split(".")[0]
     gates.create_tables(spark, storage, [layer])
     rows = good_rows(table)
@@ -260,7 +260,7 @@ def test_a_failed_fail_expectation_names_the_first_offending_record(
 ) -> None:
     rows = good_rows(table)
     mutate(rows)
-    batch_gate = gate(validator, StorageSettings(tmp_path.as_uri(), ""), table, 0)
+    batch_gate = gate(validator, StorageSettings(tmp_path.as_uri(), "", 60), table, 0)
     batch_gate.admit(frame(spark, table, rows), table)
 
     with pytest.raises(QualityError) as error:
@@ -273,7 +273,7 @@ def test_a_failed_fail_expectation_names_the_first_offending_record(
 def test_a_replayed_batch_records_its_results_and_quarantine_once(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:
-    storage, table = StorageSettings(tmp_path.as_uri(), ""), "bronze.sensor_records"
+    storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "bronze.sensor_records"
     gates.create_tables(spark, storage, ["bronze"])
     rows = good_rows(table)
     change(2, key=None)(rows)

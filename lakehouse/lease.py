@@ -1,0 +1,200 @@
+"""One writer per table on object storage: a lease a second writer cannot take.
+
+Delta's default S3 log store is safe only while one application writes a table at a time:
+two drivers committing the same version can both succeed, and one commit is lost. So on
+S3 every writing application holds the lease of each table it writes.
+
+A table's lease is a sequence of small objects, `<root>/_leases/<table>/<generation>`, each
+created only if absent (`If-None-Match: *`, an atomic create on S3). Of two applications
+racing for generation n+1, exactly one creates it. The newest generation says who holds
+the lease and until when; the holder renews by creating the next generation before that
+time. A holder that crashed stops renewing, and once its lease has expired, the next
+writer takes the next generation. A holder that finds its next generation taken has lost
+the lease and must stop writing.
+
+Expiry compares wall clocks of different hosts: the time to live must exceed their skew.
+On a local root several writers are safe (Delta's local log store is atomic), and no lease
+is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+
+
+class LeaseRefused(LakehouseError):
+    """Another writer holds the lease; the message names it."""
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One generation of a table's lease."""
+
+    table: str
+    generation: int
+    holder: str
+    expires: float
+    """Seconds since the epoch; the lease is free after it."""
+
+    def describe(self) -> str:
+        until = datetime.fromtimestamp(self.expires, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{self.holder} (generation {self.generation}, until {until})"
+
+
+def writer_name(application: str) -> str:
+    """Who a lease names: the application, host and process, and a token per run."""
+    return f"{application}@{socket.gethostname()}:{os.getpid()}/{uuid.uuid4().hex[:6]}"
+
+
+class TableLease:
+    """The lease of one table, held by `holder`, in `bucket` under `prefix`."""
+
+    def __init__(
+        self, client: Any, bucket: str, prefix: str, table: str, holder: str, ttl_s: float
+    ) -> None:
+        self.client, self.bucket, self.table = client, bucket, table
+        self.folder = f"{prefix}/_leases/{table}/".lstrip("/")
+        self.holder, self.ttl_s = holder, ttl_s
+        self.held: Grant | None = None
+
+    def current(self) -> Grant | None:
+        """The newest generation, or None if no writer ever took the lease."""
+        keys = [
+            item["Key"]
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.folder
+            )
+            for item in page.get("Contents", [])
+        ]
+        if not keys:
+            return None
+        body = self.client.get_object(Bucket=self.bucket, Key=max(keys))["Body"].read()
+        return Grant(self.table, **json.loads(body))
+
+    def acquire(self) -> Grant:
+        """Take the lease, or raise LeaseRefused naming the writer that holds it."""
+        current = self.current()
+        if current and current.holder != self.holder and current.expires > time.time():
+            raise LeaseRefused(
+                f"{self.table} is leased to {current.describe()}: one writer per table on "
+                "object storage; stop that writer or wait for its lease to expire"
+            )
+        return self._take(current.generation + 1 if current else 1)
+
+    def renew(self) -> Grant:
+        """Extend the lease; LeaseRefused if another writer took it in the meantime."""
+        assert self.held is not None, "renew() before acquire()"
+        return self._take(self.held.generation + 1)
+
+    def release(self) -> None:
+        """Give the lease up at once: a generation that has already expired."""
+        if self.held is not None:
+            self._create(Grant(self.table, self.held.generation + 1, self.holder, 0.0))
+            self.held = None
+
+    def _take(self, generation: int) -> Grant:
+        grant = Grant(self.table, generation, self.holder, time.time() + self.ttl_s)
+        if not self._create(grant):
+            winner = self.current()
+            self.held = None
+            raise LeaseRefused(
+                f"{self.table} is leased to {winner.describe() if winner else 'another writer'}"
+                ": it took the lease first; one writer per table on object storage"
+            )
+        self.held = grant
+        self._forget_before(generation - 1)
+        return grant
+
+    def _create(self, grant: Grant) -> bool:
+        """Create the generation's object unless it exists; whether this call created it."""
+        from botocore.exceptions import ClientError
+
+        body = json.dumps(
+            {"generation": grant.generation, "holder": grant.holder, "expires": grant.expires}
+        )
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=f"{self.folder}{grant.generation:020d}",
+                Body=body.encode(),
+                IfNoneMatch="*",
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                return False
+            raise
+        return True
+
+    def _forget_before(self, generation: int) -> None:
+        """Old generations say nothing the newest does not: delete them."""
+        for old in range(max(1, generation - 3), generation):
+            self.client.delete_object(Bucket=self.bucket, Key=f"{self.folder}{old:020d}")
+
+
+@contextmanager
+def holding(
+    settings: Settings,
+    tables: Sequence[str],
+    application: str,
+    on_lost: Callable[[str], None] | None = None,
+) -> Iterator[list[TableLease]]:
+    """Hold the leases of `tables` while the block runs, renewing them in the background;
+    nothing on a local root. `on_lost` is told (with the reason) if a lease is lost."""
+    if not settings.storage.root.startswith("s3a://"):
+        yield []
+        return
+    from lakehouse.services import s3
+    from lakehouse.storage import bucket_and_prefix
+
+    bucket, prefix = bucket_and_prefix(settings.storage.root)
+    client = s3.client(settings)
+    ttl = settings.storage.lease_seconds
+    holder = writer_name(application)
+    leases = [TableLease(client, bucket, prefix, t, holder, ttl) for t in tables]
+    taken: list[TableLease] = []
+    try:
+        for lease in leases:
+            lease.acquire()
+            taken.append(lease)
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=_renew, args=(taken, ttl / 3, stop, on_lost), daemon=True, name="lease-renewer"
+        )
+        renewer.start()
+        try:
+            yield taken
+        finally:
+            stop.set()
+            renewer.join()
+    finally:
+        for lease in taken:
+            lease.release()
+
+
+def _renew(
+    leases: list[TableLease],
+    every_s: float,
+    stop: threading.Event,
+    on_lost: Callable[[str], None] | None,
+) -> None:
+    while not stop.wait(every_s):
+        for lease in leases:
+            try:
+                lease.renew()
+            except Exception as error:  # the lease or S3 is gone: the writer must stop
+                if on_lost is not None:
+                    on_lost(f"lost the lease of {lease.table}: {error}")
+                return
