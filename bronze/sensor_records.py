@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta
+from lakehouse import delta, lease
 from lakehouse.delta import Txn
 from lakehouse.quality import gates
 from lakehouse.services.kafka import check_reachable, resolve_bootstrap
@@ -89,31 +89,38 @@ def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
+WRITES = (NAME, gates.quarantine("bronze").name, gates.results("bronze").name)
+"""Every table the bronze stream writes: on S3 it holds their leases while it runs."""
+
+
 def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`)."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
-    path = settings.storage.table_uri(NAME)
-    delta.create(spark, TABLE, path)
-    gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
+    with lease.holding(settings, WRITES, "the bronze stream") as held:
+        path = settings.storage.table_uri(NAME)
+        delta.create(spark, TABLE, path)
+        gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
 
-    def write(batch: DataFrame, txn: Txn) -> None:
-        records = to_sensor_records(batch, txn.version)
-        if settings.quality.validate_streams:
-            records.persist()  # validation scans the batch once per metric: read Kafka once
-        try:
-            gate = gate_for(txn)
-            admitted = gate.admit(records, NAME)
-            gate.commit()
-            delta.append(admitted, path, txn)
-        finally:
-            records.unpersist()
+        def write(batch: DataFrame, txn: Txn) -> None:
+            held.check()
+            records = to_sensor_records(batch, txn.version)
+            if settings.quality.validate_streams:
+                records.persist()  # validation scans the batch once per metric: read Kafka once
+            try:
+                gate = gate_for(txn)
+                admitted = gate.admit(records, NAME)
+                gate.commit()
+                delta.append(admitted, path, txn)
+            finally:
+                records.unpersist()
 
-    source = read_kafka(spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger)
-    interval = settings.bronze.trigger_interval if continuous else None
-    return run_foreach_batch(
-        source, NAME, settings.storage.checkpoint_uri(CHECKPOINT), write, interval
-    )
+        source = read_kafka(
+            spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
+        )
+        interval = settings.bronze.trigger_interval if continuous else None
+        checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
+        return run_foreach_batch(source, NAME, checkpoint, write, interval)
 
 
 def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 
-from lakehouse import catalog, incremental
+from lakehouse import catalog, incremental, lease
 from lakehouse.console import echo
 from lakehouse.delta import retry_on_conflict
 from lakehouse.errors import LakehouseError
@@ -96,20 +96,35 @@ def compact(
             "spark.sql.sources.parallelPartitionDiscovery.parallelism",
             str(settings.spark.shuffle_partitions),
         )
-    results = []
-    for name, location in chosen.items():
-        echo(f"{name}: compacting ...")
-        before = snapshot(spark, location), storage(spark, location)
-        optimize = f"OPTIMIZE delta.`{location}`"
-        retry_on_conflict(lambda: spark.sql(optimize), name)  # noqa: B023 — run at once
-        if vacuum:
-            spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
-        result = Compaction(
-            name, before[0], snapshot(spark, location), before[1], storage(spark, location)
-        )
-        echo(f"  {result.describe()}")
-        results.append(result)
-    return results
+    # On S3 compaction is one more writer: it takes every table's lease first, so that a
+    # table a stream is writing is refused before anything changes.
+    with lease.holding(settings, list(chosen), "lakehouse compact"):
+        return [
+            _compact(spark, name, location, hours, vacuum, echo)
+            for name, location in chosen.items()
+        ]
+
+
+def _compact(
+    spark: SparkSession,
+    name: str,
+    location: str,
+    hours: float,
+    vacuum: bool,
+    echo: Callable[[str], None],
+) -> Compaction:
+    """OPTIMIZE, then VACUUM, one table; its files and bytes before and after."""
+    echo(f"{name}: compacting ...")
+    before = snapshot(spark, location), storage(spark, location)
+    optimize = f"OPTIMIZE delta.`{location}`"
+    retry_on_conflict(lambda: spark.sql(optimize), name)
+    if vacuum:
+        spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
+    result = Compaction(
+        name, before[0], snapshot(spark, location), before[1], storage(spark, location)
+    )
+    echo(f"  {result.describe()}")
+    return result
 
 
 def check_retention(

@@ -25,8 +25,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -144,17 +144,25 @@ class TableLease:
             self.client.delete_object(Bucket=self.bucket, Key=f"{self.folder}{old:020d}")
 
 
+class Held:
+    """The leases a writer holds while it writes; `check()` raises once one is lost."""
+
+    def __init__(self, leases: Sequence[TableLease] = ()) -> None:
+        self.leases = list(leases)
+        self.lost: str | None = None
+
+    def check(self) -> None:
+        """Call before each write: a writer that lost a lease must not write again."""
+        if self.lost is not None:
+            raise LeaseRefused(self.lost)
+
+
 @contextmanager
-def holding(
-    settings: Settings,
-    tables: Sequence[str],
-    application: str,
-    on_lost: Callable[[str], None] | None = None,
-) -> Iterator[list[TableLease]]:
-    """Hold the leases of `tables` while the block runs, renewing them in the background;
-    nothing on a local root. `on_lost` is told (with the reason) if a lease is lost."""
+def holding(settings: Settings, tables: Sequence[str], application: str) -> Iterator[Held]:
+    """Hold the leases of `tables` while the block runs, renewed in the background, and
+    release them after it; on a local root, nothing to hold."""
     if not settings.storage.root.startswith("s3a://"):
-        yield []
+        yield Held()
         return
     from lakehouse.services import s3
     from lakehouse.storage import bucket_and_prefix
@@ -163,38 +171,34 @@ def holding(
     client = s3.client(settings)
     ttl = settings.storage.lease_seconds
     holder = writer_name(application)
-    leases = [TableLease(client, bucket, prefix, t, holder, ttl) for t in tables]
-    taken: list[TableLease] = []
+    held = Held()
     try:
-        for lease in leases:
+        for table in tables:
+            lease = TableLease(client, bucket, prefix, table, holder, ttl)
             lease.acquire()
-            taken.append(lease)
+            held.leases.append(lease)
         stop = threading.Event()
         renewer = threading.Thread(
-            target=_renew, args=(taken, ttl / 3, stop, on_lost), daemon=True, name="lease-renewer"
+            target=_renew, args=(held, ttl / 3, stop), daemon=True, name="lease-renewer"
         )
         renewer.start()
         try:
-            yield taken
+            yield held
         finally:
             stop.set()
             renewer.join()
     finally:
-        for lease in taken:
-            lease.release()
+        for lease in held.leases:
+            # One that cannot be released now (S3 gone) frees when it expires.
+            with suppress(Exception):
+                lease.release()
 
 
-def _renew(
-    leases: list[TableLease],
-    every_s: float,
-    stop: threading.Event,
-    on_lost: Callable[[str], None] | None,
-) -> None:
+def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
     while not stop.wait(every_s):
-        for lease in leases:
+        for lease in held.leases:
             try:
                 lease.renew()
-            except Exception as error:  # the lease or S3 is gone: the writer must stop
-                if on_lost is not None:
-                    on_lost(f"lost the lease of {lease.table}: {error}")
+            except Exception as error:  # taken over, or S3 gone: the writer must stop
+                held.lost = f"lost the lease of {lease.table}: {error}"
                 return

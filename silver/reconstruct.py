@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from bronze import sensor_records
-from lakehouse import delta
+from lakehouse import delta, lease
 from lakehouse.delta import Txn
 from lakehouse.quality import gates
 from lakehouse.settings import Settings, SilverSettings
@@ -49,6 +49,12 @@ from silver.session_machine import (
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
 TABLES = (*outputs.TABLES, session_rows.TABLE)
+WRITES = (
+    *(spec.name for spec in TABLES),
+    gates.quarantine("silver").name,
+    gates.results("silver").name,
+)
+"""Every table the silver stream writes: on S3 it holds their leases while it runs."""
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
 )
@@ -225,44 +231,46 @@ def run(
     trace: frozenset[str] | None = None,
 ) -> RunStats:
     """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`)."""
-    uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
-    for spec in TABLES:
-        delta.create(spark, spec, uri[spec.name])
-    # Without this, processing-time timeouts make Spark run empty batches forever and an
-    # availableNow run never ends; sessions then expire at the next batch that has data.
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    bronze = (
-        spark.readStream.format("delta")
-        .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
-        .load(settings.storage.table_uri(sensor_records.NAME))
-    )
-    keyed = key_records(bronze)
-    rows = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
-    gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
+    with lease.holding(settings, WRITES, "the silver stream") as held:
+        uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
+        for spec in TABLES:
+            delta.create(spark, spec, uri[spec.name])
+        # Without this, processing-time timeouts make Spark run empty batches forever and
+        # an availableNow run never ends; sessions then expire at the next batch with data.
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        bronze = (
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
+            .load(settings.storage.table_uri(sensor_records.NAME))
+        )
+        keyed = key_records(bronze)
+        rows = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
+        gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
 
-    def write(batch: DataFrame, txn: Txn) -> None:
-        # Every table and every expectation reads the same outputs: computed once.
-        batch.persist()
-        try:
-            gate = gate_for(txn)
-            admitted = {
-                spec.name: gate.admit(outputs.select(batch, spec, txn.version), spec.name)
-                for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
-            }
-            gate.commit()
-            changes = admitted[row_changes.NAME]
-            delta.append(changes, uri[row_changes.NAME], txn)
-            delta.append(admitted[violations.NAME], uri[violations.NAME], txn)
-            transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
-            delta.append(transitions, uri[state_transitions.NAME], txn)
-            session_rows.write(changes, uri[session_rows.NAME], txn)
-            sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
-        finally:
-            batch.unpersist()
+        def write(batch: DataFrame, txn: Txn) -> None:
+            held.check()
+            # Every table and every expectation reads the same outputs: computed once.
+            batch.persist()
+            try:
+                gate = gate_for(txn)
+                admitted = {
+                    spec.name: gate.admit(outputs.select(batch, spec, txn.version), spec.name)
+                    for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
+                }
+                gate.commit()
+                changes = admitted[row_changes.NAME]
+                delta.append(changes, uri[row_changes.NAME], txn)
+                delta.append(admitted[violations.NAME], uri[violations.NAME], txn)
+                transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
+                delta.append(transitions, uri[state_transitions.NAME], txn)
+                session_rows.write(changes, uri[session_rows.NAME], txn)
+                sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
+            finally:
+                batch.unpersist()
 
-    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
-    interval = settings.silver.trigger_interval if continuous else None
-    return run_foreach_batch(rows, QUERY_NAME, checkpoint, write, interval)
+        checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
+        interval = settings.silver.trigger_interval if continuous else None
+        return run_foreach_batch(rows, QUERY_NAME, checkpoint, write, interval)
 
 
 def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:

@@ -91,10 +91,13 @@ def run_layer(args: argparse.Namespace) -> None:
         raise LakehouseError("--trace applies to `run silver` only")
     settings, spark = spark_for(args, args.layer)
     if args.layer == "gold":
-        from lakehouse.incremental import run_models, select
+        from lakehouse import lease
+        from lakehouse.incremental import RUNS, run_models, select
 
         models = select(pipeline.MODELS, args.select)
-        runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
+        writes = [*(m.name for m in models), RUNS.name]
+        with lease.holding(settings, writes, "lakehouse run gold"):
+            runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
         modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
         echo(
             f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "

@@ -43,11 +43,14 @@ def add_commands(commands: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from lakehouse import lease
+    from lakehouse.quality import gates
     from lakehouse.quality.checks import check_tables
 
     settings, spark = spark_for(args, "check")
     echo(f"checking {args.select or 'every table'} against {settings.quality.suites_dir}")
-    checks = check_tables(spark, settings, args.select, args.since)
+    with lease.holding(settings, [gates.results("check").name], "lakehouse check"):
+        checks = check_tables(spark, settings, args.select, args.since)
     blocking = [c.suite.table for c in checks if c.blocking]
     warned = [c.suite.table for c in checks if c.failed and not c.blocking]
     echo(

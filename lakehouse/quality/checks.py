@@ -2,7 +2,7 @@
 
 A check validates each table with full detail in a file-backed Great Expectations project
 under `quality.local_dir`, so that its results feed the Data Docs site, and appends the
-results to `quality.expectation_results` like the streams do.
+results to its own results table, as each stream does to its own.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def check_tables(
 ) -> list[TableCheck]:
     """Validate every selected table that exists; results go to the results table."""
     suites = load_suites(settings.quality.suites_dir, select)
-    gates.create_tables(spark, settings.storage, sorted({s.layer for s in suites}))
+    gates.create_tables(spark, settings.storage, "check", sorted({s.layer for s in suites}))
     validator = Validator(suites, context=gx_context(settings))
     run_id, checks = gates.new_run_id(), []
     for suite in suites:
@@ -92,7 +92,7 @@ def check_tables(
     if checks:
         outcomes_by_table = {c.suite.table: c.outcomes for c in checks}
         results = gates.results_frame(spark, run_id, "check", "*", outcomes_by_table, None)
-        delta.append(results, settings.storage.table_uri(gates.RESULTS.name))
+        delta.append(results, settings.storage.table_uri(gates.results("check").name))
     return checks
 
 
@@ -107,10 +107,9 @@ def build_data_docs(settings: Settings) -> Path:
 
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
-    path = settings.storage.table_uri(gates.RESULTS.name)
-    if not catalog.is_delta(spark, path):
+    results = gates.read_results(spark, settings.storage)
+    if results is None:
         return ["no validation results yet: run a layer or `lakehouse check`"]
-    results = spark.read.format("delta").load(path)
     lines = []
     checks = results.where("mode = 'check'")
     newest = F.max("validated_at").over(Window.partitionBy("table_name"))

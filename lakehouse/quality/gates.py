@@ -3,7 +3,8 @@
 Great Expectations judges; this module applies the severity, because GX's `success`
 ignores it: `fail` stops the job, `quarantine` diverts the offending rows to
 `<layer>.quarantine`, `warn` only records. Every validation appends one row per
-expectation to `quality.expectation_results`, so quality over time is a SQL query.
+expectation to its writer's results table (the view `quality.expectation_results` unites
+them), so quality over time is a SQL query.
 """
 
 from __future__ import annotations
@@ -27,18 +28,38 @@ from lakehouse.quality.suites import QUARANTINABLE, Check, Suite, load_suites
 from lakehouse.settings import QualitySettings, StorageSettings
 from lakehouse.tables import TableSpec
 
-RESULTS = TableSpec(
-    name="quality.expectation_results",
-    grain="one row per expectation run on a micro-batch or a table",
-    columns="""
-        run_id STRING NOT NULL, mode STRING NOT NULL, layer STRING NOT NULL,
-        table_name STRING NOT NULL, batch_id BIGINT, expectation STRING NOT NULL,
-        expectation_type STRING NOT NULL, severity STRING NOT NULL, success BOOLEAN NOT NULL,
-        observed_value STRING, unexpected_count BIGINT, element_count BIGINT,
-        quarantined BIGINT, validated_at TIMESTAMP NOT NULL
-    """,
-    writer="the bronze and silver streams and `lakehouse check`",
-)
+RESULT_COLUMNS = """
+    run_id STRING NOT NULL, mode STRING NOT NULL, layer STRING NOT NULL,
+    table_name STRING NOT NULL, batch_id BIGINT, expectation STRING NOT NULL,
+    expectation_type STRING NOT NULL, severity STRING NOT NULL, success BOOLEAN NOT NULL,
+    observed_value STRING, unexpected_count BIGINT, element_count BIGINT,
+    quarantined BIGINT, validated_at TIMESTAMP NOT NULL
+"""
+WRITERS = ("bronze", "silver", "check")
+"""The applications that validate: the two streams and `lakehouse check`."""
+RESULTS_VIEW = "quality.expectation_results"
+"""Every writer's results as one view in the catalog, for SQL."""
+
+
+def results(writer: str) -> TableSpec:
+    """`quality.<writer>_expectation_results`: one table per validating application, so
+    that each table has one writer (on S3, Delta's log is safe for one writer only)."""
+    return TableSpec(
+        name=f"quality.{writer}_expectation_results",
+        grain="one row per expectation run on a micro-batch or a table",
+        columns=RESULT_COLUMNS,
+        writer=f"the {writer} stream" if writer != "check" else "lakehouse check",
+    )
+
+
+def read_results(spark: SparkSession, storage: StorageSettings) -> DataFrame | None:
+    """Every writer's results as one frame; None before any validation ran."""
+    found = [
+        spark.read.format("delta").load(uri)
+        for uri in (storage.table_uri(results(w).name) for w in WRITERS)
+        if catalog.is_delta(spark, uri)
+    ]
+    return reduce(DataFrame.unionByName, found) if found else None
 
 
 def quarantine(layer: str) -> TableSpec:
@@ -98,9 +119,16 @@ class Outcome:
         return f"{self.check.name} ({self.check.severity})" + (f": {found}" if found else "")
 
 
-def create_tables(spark: SparkSession, storage: StorageSettings, layers: Sequence[str]) -> None:
-    for spec in (RESULTS, *(quarantine(layer) for layer in layers)):
+def create_tables(
+    spark: SparkSession, storage: StorageSettings, writer: str, layers: Sequence[str]
+) -> None:
+    """The writer's results table and the quarantine tables of `layers`; the view over
+    every writer's results."""
+    for spec in (results(writer), *(quarantine(layer) for layer in layers)):
         delta.create(spark, spec, storage.table_uri(spec.name))
+    tables = [results(w).name for w in WRITERS if catalog.location_of(spark, results(w).name)]
+    union = " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
+    spark.sql(f"CREATE OR REPLACE VIEW {RESULTS_VIEW} AS {union}")
 
 
 class Validator:
@@ -210,7 +238,7 @@ def stream_gates(
     pass-through when `quality.validate_streams` is off."""
     if not settings.validate_streams:
         return lambda txn: BatchGate(None, storage, layer, txn, "")
-    create_tables(spark, storage, [layer])
+    create_tables(spark, storage, layer, [layer])
     validator = Validator(load_suites(settings.suites_dir, layer))
     run_id = new_run_id()
     return lambda txn: BatchGate(validator, storage, layer, txn, run_id)
@@ -296,18 +324,18 @@ class BatchGate:
             for o in outcomes
             if not o.success and o.check.severity == "fail"
         ]
-        results = results_frame(
+        found = results_frame(
             spark, self.run_id, "stream", self.layer, self.outcomes, self.txn.version
         )
         if failed:
-            delta.append(results, self.storage.table_uri(RESULTS.name))
+            delta.append(found, self.storage.table_uri(results(self.layer).name))
             table, outcome = failed[0]
             raise QualityError(
                 f"{table} batch {self.txn.version}: expectation {outcome.check.name} (fail) "
                 f"failed{': ' + outcome.found if outcome.found else ''}; "
                 f"the batch was not committed (suite {validator.suites[table].path})"
             )
-        delta.append(results, self.storage.table_uri(RESULTS.name), self.txn)
+        delta.append(found, self.storage.table_uri(results(self.layer).name), self.txn)
         if self.quarantined:
             delta.append(
                 reduce(DataFrame.unionByName, self.quarantined),
@@ -404,7 +432,7 @@ def results_frame(
     outcomes: dict[str, list[Outcome]],
     batch_id: int | None,
 ) -> DataFrame:
-    """One row per expectation run, in the columns of `quality.expectation_results`."""
+    """One row per expectation run, in the columns of the results tables."""
     now = datetime.now(UTC)
     rows = [
         (
@@ -426,7 +454,7 @@ def results_frame(
         for table, table_outcomes in outcomes.items()
         for o in table_outcomes
     ]
-    return spark.createDataFrame(rows, RESULTS.columns)
+    return spark.createDataFrame(rows, RESULT_COLUMNS)
 
 
 def new_run_id() -> str:

@@ -211,7 +211,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
 ) -> None:
     storage = StorageSettings(tmp_path.as_uri(), "", 60)
     layer = table.split(".")[0]
-    gates.create_tables(spark, storage, [layer])
+    gates.create_tables(spark, storage, layer, [layer])
     rows = good_rows(table)
     mutate(rows)
     batch = frame(spark, table, rows)
@@ -225,7 +225,8 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     else:
         batch_gate.commit()
 
-    results = spark.read.format("delta").load(storage.table_uri(gates.RESULTS.name))
+    results = gates.read_results(spark, storage)
+    assert results is not None
     failed = {r.expectation for r in results.where("NOT success").collect()}
     assert failed == {expectation}
     quarantine = spark.read.format("delta").load(storage.table_uri(f"{layer}.quarantine")).collect()
@@ -274,7 +275,7 @@ def test_a_replayed_batch_records_its_results_and_quarantine_once(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:
     storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "bronze.sensor_records"
-    gates.create_tables(spark, storage, ["bronze"])
+    gates.create_tables(spark, storage, "bronze", ["bronze"])
     rows = good_rows(table)
     change(2, key=None)(rows)
     batch = frame(spark, table, rows)
@@ -284,6 +285,7 @@ def test_a_replayed_batch_records_its_results_and_quarantine_once(
         batch_gate.admit(batch, table)
         batch_gate.commit()
 
-    results = spark.read.format("delta").load(storage.table_uri(gates.RESULTS.name))
+    results = gates.read_results(spark, storage)
+    assert results is not None
     assert results.count() == len(validator.suites[table].checks)
     assert spark.read.format("delta").load(storage.table_uri("bronze.quarantine")).count() == 1

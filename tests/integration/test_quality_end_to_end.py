@@ -70,7 +70,8 @@ def faulty_lake(
 
 def failed_in(spark: SparkSession, settings: Settings, mode: str) -> dict[tuple[str, str], int]:
     """(table, expectation) -> unexpected rows (quarantined rows in streams), failures only."""
-    results = spark.read.format("delta").load(settings.storage.table_uri(gates.RESULTS.name))
+    results = gates.read_results(spark, settings.storage)
+    assert results is not None
     count = "quarantined" if mode == "stream" else "unexpected_count"
     rows = (
         results.where((F.col("mode") == mode) & ~F.col("success"))
