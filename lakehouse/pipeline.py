@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
-from lakehouse.incremental import Model, declared_models
+from lakehouse.incremental import Model, declared_models, dependency_order
 from lakehouse.settings import Settings
 from lakehouse.streaming import RunStats
 from silver import reconstruct
@@ -50,7 +50,8 @@ STREAMS = {
 live_sessions = reconstruct.live_state
 """`lakehouse inspect`: one row per session held in the silver stream's state."""
 
-MODELS: tuple[Model, ...] = tuple(declared_models(gold))
+MODELS: tuple[Model, ...] = tuple(dependency_order(declared_models(gold)))
+"""Every gold model, each after the models it reads."""
 
 
 @dataclass(frozen=True)

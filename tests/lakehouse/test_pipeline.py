@@ -26,6 +26,12 @@ def test_every_incremental_input_has_a_reader_compaction_checks() -> None:
     assert {(m.name, t) for m in pipeline.MODELS for t in m.reads} <= read
 
 
+def test_models_are_listed_after_the_models_they_read() -> None:
+    names = [m.name for m in pipeline.MODELS]
+    for position, model in enumerate(pipeline.MODELS):
+        assert all(names.index(r) < position for r in model.reads if r in names), names
+
+
 def test_streams_name_their_checkpoints_and_what_they_read() -> None:
     assert {layer: (s.reads, s.checkpoint) for layer, s in pipeline.STREAMS.items()} == {
         "bronze": ("kafka", "bronze.sensor_records"),

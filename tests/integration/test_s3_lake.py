@@ -1,0 +1,156 @@
+"""The whole pipeline with every table on a real S3 server: the same answers as on local
+disk, and one writer per table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from bronze import sensor_records
+from lakehouse import PROJECT_ROOT
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.services.s3 import EmbeddedS3
+from silver import reconstruct
+from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "s3lake.sensors."
+SPEC = TrafficSpec(seed=31, sensors=2, sessions_per_sensor=3, rows_per_snapshot=8,
+                   updates_per_session=25, resync_every=10, partitions=2, topic_prefix=PREFIX,
+                   faults={"gap": 1, "duplicate": 1, "malformed_json": 1})  # fmt: skip
+KEYS = ("lakehouse", "s3-lake-secret")
+# What differs between two runs of the same data: when and in which batch it was written.
+VOLATILE = {"ingested_at", "batch_id", "updated_batch_id", "started_at", "seconds", "run_id"}
+COMPARED = (
+    "bronze.sensor_records", "silver.row_changes", "silver.violations", "silver.sessions",
+    "silver.session_rows", "gold.session_summary", "gold.sensor_hourly", "gold.sensor_daily",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
+    server = EmbeddedS3(tmp_path_factory.mktemp("s3-lake"), *KEYS)
+    server.start(buckets=("lake",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> dict[str, str]:
+    """A run whose tables, checkpoints and quality results are all under s3a://lake/."""
+    endpoint = server.address()
+    assert endpoint is not None
+    env = overrides(tmp_path, bootstrap, PREFIX, **keys)
+    env.update(
+        LAKEHOUSE__STORAGE__ROOT=f"s3a://lake/{tmp_path.name}",
+        LAKEHOUSE__S3__ENDPOINT=endpoint,
+        LAKEHOUSE__S3__ACCESS_KEY=KEYS[0],
+        LAKEHOUSE__S3__SECRET_KEY=KEYS[1],
+    )
+    return env
+
+
+def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
+    """A table on the test's S3 server, read by this process's Spark."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in {"endpoint": server.address(), "path.style.access": "true",
+                       "access.key": KEYS[0], "secret.key": KEYS[1]}.items():  # fmt: skip
+        hadoop.set(f"fs.s3a.{key}", value)
+    return spark.read.format("delta").load(uri)
+
+
+def comparable(frame: DataFrame) -> DataFrame:
+    return frame.select(*[c for c in frame.columns if c not in VOLATILE])
+
+
+def test_the_pipeline_on_s3_gives_the_same_tables_as_on_local_disk(
+    spark: SparkSession, kafka_bootstrap: str, s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    produce(SPEC, kafka_bootstrap)
+    local = settings_for(tmp_path / "local", kafka_bootstrap, PREFIX)
+    sensor_records.run(spark, local)
+    reconstruct.run(spark, local)
+    run_models(spark, local.storage, MODELS)
+    env = s3_env(tmp_path / "on-s3", kafka_bootstrap, s3)
+
+    for command in (("storage", "init"), ("run", "bronze"), ("run", "silver"), ("run", "gold"),
+                    ("check",)):  # fmt: skip
+        result = run_lakehouse(*command, env=env)
+        assert result.returncode in (0, 1), result.stderr[-2000:]
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    for name in COMPARED:
+        on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
+        on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
+        assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
+    usage = run_lakehouse("storage", "du", env=env)
+    assert "checkpoint silver.sessions_stream" in usage.stdout
+    assert "quality.check_expectation_results" in usage.stdout
+
+
+def test_a_second_writer_of_a_leased_table_is_refused_and_changes_nothing(
+    spark: SparkSession, kafka_bootstrap: str, s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    produce(replace(SPEC, seed=32, faults={}), kafka_bootstrap)
+    env = s3_env(tmp_path, kafka_bootstrap, s3, bronze__trigger_interval="1 second")
+    table = f"{env['LAKEHOUSE__STORAGE__ROOT']}/bronze/sensor_records"
+    first = subprocess.Popen(
+        lakehouse_command("run", "bronze", "--continuous"),
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        assert first.stdout is not None
+        while "batch 0 wrote" not in first.stdout.readline():
+            assert time.monotonic() < deadline and first.poll() is None, "no first batch"
+        versions = read_s3(spark, s3, table).count(), _version(spark, s3, table)
+
+        for second in (("run", "bronze"), ("compact", "bronze.sensor_records")):
+            refused = run_lakehouse(*second, env=env)
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            last = refused.stderr.strip().splitlines()[-1]
+            assert last.startswith("lakehouse: error: bronze.sensor_records is leased to the ")
+            assert "bronze stream@" in last and "one writer per table" in last
+
+        assert (read_s3(spark, s3, table).count(), _version(spark, s3, table)) == versions
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(60)
+
+
+def _version(spark: SparkSession, server: EmbeddedS3, uri: str) -> int:
+    read_s3(spark, server, uri)  # sets the S3 keys on this session's Hadoop configuration
+    return int(spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"])  # type: ignore[index]
+
+
+def test_lakehouse_storage_init_refuses_a_bucket_it_cannot_reach(
+    s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    env = s3_env(tmp_path, "127.0.0.1:9", s3, s3__secret_key="not-the-secret")
+
+    result = run_lakehouse("storage", "init", env=env)
+
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("lakehouse: error: cannot reach bucket lake: ")
+    )
