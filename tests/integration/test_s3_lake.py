@@ -53,14 +53,13 @@ def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> d
     """A run whose tables, checkpoints and quality results are all under s3a://lake/."""
     endpoint = server.address()
     assert endpoint is not None
-    env = overrides(tmp_path, bootstrap, PREFIX, **keys)
-    env.update(
-        LAKEHOUSE__STORAGE__ROOT=f"s3a://lake/{tmp_path.name}",
-        LAKEHOUSE__S3__ENDPOINT=endpoint,
-        LAKEHOUSE__S3__ACCESS_KEY=KEYS[0],
-        LAKEHOUSE__S3__SECRET_KEY=KEYS[1],
-    )
-    return env
+    on_s3 = {
+        "storage__root": f"s3a://lake/{tmp_path.name}",
+        "s3__endpoint": endpoint,
+        "s3__access_key": KEYS[0],
+        "s3__secret_key": KEYS[1],
+    }
+    return overrides(tmp_path, bootstrap, PREFIX, **{**on_s3, **keys})
 
 
 def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
