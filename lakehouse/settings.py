@@ -34,6 +34,7 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 @dataclass(frozen=True)
 class SparkSettings:
     master: str
+    """`local[N]`, a cluster's URL, or `embedded` for `lakehouse cluster start`'s."""
     app_name: str
     shuffle_partitions: int
     driver_memory: str
@@ -158,6 +159,16 @@ class CatalogSettings:
 
 
 @dataclass(frozen=True)
+class ClusterSettings:
+    """The embedded Spark standalone cluster of `lakehouse cluster start`, which jobs use
+    when `spark.master` is `embedded`."""
+
+    workers: int
+    cores_per_worker: int
+    memory_per_worker: str
+
+
+@dataclass(frozen=True)
 class CompactSettings:
     vacuum_retention_hours: float
     """VACUUM deletes unreferenced files older than this; it must exceed the lag of the
@@ -174,6 +185,7 @@ class Settings:
     kafka: KafkaSettings
     s3: S3Settings
     catalog: CatalogSettings
+    cluster: ClusterSettings
     bronze: BronzeSettings
     silver: SilverSettings
     compact: CompactSettings

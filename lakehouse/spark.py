@@ -3,17 +3,21 @@ shared catalog."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse import jars
+from lakehouse import PROJECT_ROOT, jars
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import EMBEDDED, Settings
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+PACKAGES = ("lakehouse", "bronze", "silver", "gold")
+"""What executors import: shipped to them as one zip on a cluster."""
 CLASS_PATH = "spark.driver.extraClassPath"
 
 
@@ -48,20 +52,60 @@ def build_spark(
             if key == CLASS_PATH and key in conf:
                 value = f"{conf[key]}{os.pathsep}{value}"
             conf[key] = value
-    builder = SparkSession.builder.master(spark_settings.master).appName(
-        app_name or spark_settings.app_name
-    )
+    master = spark_settings.master
+    if master == EMBEDDED:
+        master, executor_python = embedded_cluster(settings)
+        conf["spark.pyspark.python"] = executor_python
+    builder = SparkSession.builder.master(master).appName(app_name or spark_settings.app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
-    os.environ.setdefault(
-        "PYSPARK_PYTHON", spark_settings.conf.get("spark.pyspark.python", sys.executable)
-    )
+    python = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON", sys.executable)
+    os.environ["PYSPARK_PYTHON"] = python
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_settings.log_level)
+    if not master.startswith("local"):
+        # Executors get the project as a real cluster's would: shipped by the driver.
+        spark.sparkContext.addPyFile(str(project_zip()))
     return spark
+
+
+def embedded_cluster(settings: Settings) -> tuple[str, str]:
+    """The running embedded cluster's master URL and its executors' Python."""
+    from lakehouse.services.cluster import EmbeddedCluster
+
+    cluster = EmbeddedCluster.under(settings.storage.local_state_dir)
+    url = cluster.address()
+    if url is None:
+        raise LakehouseError(
+            f"the embedded Spark cluster is not running (state in {cluster.home}); "
+            "start it with `lakehouse cluster start`"
+        )
+    return url, str(cluster.executor_python)
+
+
+def project_zip() -> Path:
+    """The project's packages as one zip for `addPyFile`, rebuilt when a file changes."""
+    files = sorted(
+        path
+        for package in PACKAGES
+        for path in (PROJECT_ROOT / package).rglob("*")
+        if path.suffix in (".py", ".properties") and "__pycache__" not in path.parts
+    )
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + path.read_bytes())
+    target = jars.JARS_DIR.parent / "dist" / f"lakehouse-{digest.hexdigest()[:12]}.zip"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in files:
+                archive.write(path, path.relative_to(PROJECT_ROOT))
+        partial.replace(target)
+    return target
 
 
 def s3a_conf(settings: Settings) -> dict[str, str]:

@@ -12,7 +12,8 @@ from lakehouse.services import embedded
 HELP = {
     "kafka": "the embedded Kafka broker (KRaft) on 127.0.0.1",
     "catalog": "the embedded metastore on 127.0.0.1 that names every table (bronze.*, gold.*)",
-    "s3": "the embedded S3 server (SeaweedFS) on 127.0.0.1, for reports and tests",
+    "s3": "the embedded S3 server (SeaweedFS) on 127.0.0.1, for the lake, reports and tests",
+    "cluster": "the embedded Spark standalone cluster (a master and workers) on 127.0.0.1",
 }
 
 

@@ -1,4 +1,5 @@
-"""The embedded services of this machine: a Kafka broker, a metastore, an S3 server.
+"""The embedded services of this machine: a Kafka broker, a metastore, an S3 server and a
+Spark standalone cluster.
 
 Each keeps its data, log, pid and ports in a folder of its own under `storage.local_state`,
 so any process can find, reuse or stop it, and a restarted one keeps its address. They
@@ -36,6 +37,7 @@ class Service(Protocol):
 
 def embedded(settings: Settings) -> dict[str, Service]:
     """The embedded services by CLI name, each with its state under the settings' folder."""
+    from lakehouse.services.cluster import EmbeddedCluster
     from lakehouse.services.kafka import EmbeddedKafka
     from lakehouse.services.metastore import EmbeddedMetastore
     from lakehouse.services.s3 import EmbeddedS3
@@ -45,4 +47,10 @@ def embedded(settings: Settings) -> dict[str, Service]:
         "kafka": EmbeddedKafka.under(home),
         "catalog": EmbeddedMetastore.under(home),
         "s3": EmbeddedS3.under(home, settings.s3.access_key, settings.s3.secret_key),
+        "cluster": EmbeddedCluster.under(
+            home,
+            settings.cluster.workers,
+            settings.cluster.cores_per_worker,
+            settings.cluster.memory_per_worker,
+        ),
     }

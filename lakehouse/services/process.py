@@ -90,6 +90,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_until(condition: Callable[[], bool], timeout_s: float, failure: str) -> None:
+    """Poll `condition` until it holds; LakehouseError(`failure`) after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise LakehouseError(failure)
+        time.sleep(0.25)
+
+
 def launch(
     name: str,
     command: list[str],
