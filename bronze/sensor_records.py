@@ -123,11 +123,16 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
         return run_foreach_batch(source, NAME, checkpoint, write, interval)
 
 
-def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:
-    """What a run ends with: rows per topic, and what the suite quarantined."""
+def rows_by_topic(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """Rows of the table per topic."""
     path = settings.storage.table_uri(NAME)
     counts = spark.read.format("delta").load(path).groupBy("topic").count().collect()
-    by_topic = {row["topic"]: row["count"] for row in sorted(counts)}
+    return {row["topic"]: row["count"] for row in sorted(counts)}
+
+
+def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:
+    """What a run ends with: rows per topic, and what the suite quarantined."""
+    by_topic = rows_by_topic(spark, settings)
     lines = [
         f"{NAME}: {sum(by_topic.values()):,} records in {len(by_topic)} topics "
         f"(+{stats.input_rows:,} in {stats.batches} batches, {stats.seconds:.1f}s)",

@@ -21,7 +21,7 @@ import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lakehouse.errors import LakehouseError
 from lakehouse.services import process
@@ -131,10 +131,24 @@ class EmbeddedCluster:
         (self.home / "master-url").unlink(missing_ok=True)
         return process.stop(self.home / "master.pid", timeout_s)
 
-    def worker_pids(self) -> list[int]:
-        """The running workers' pids, for tests that take one down."""
-        found = (process.running_pid(p) for p in sorted(self.home.glob("worker-*.pid")))
-        return [pid for pid in found if pid is not None]
+    def busy_worker(self) -> int | None:
+        """The pid of a worker that runs an executor now, if any."""
+        ports = [int(p) for p in (self.home / "ports").read_text().split()][2::2]
+        for worker in self._state().get("workers", []):
+            if worker.get("coresused", 0) > 0 and worker.get("port") in ports:
+                n = ports.index(worker["port"]) + 1
+                return process.running_pid(self.home / f"worker-{n}.pid")
+        return None
+
+    def applications(self) -> list[dict[str, object]]:
+        """The master's running and completed applications (name, cores, state)."""
+        state = self._state()
+        return [*state.get("activeapps", []), *state.get("completedapps", [])]
+
+    def _state(self) -> dict[str, Any]:
+        ui_port = int((self.home / "master-ui").read_text())
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as reply:
+            return dict(json.load(reply))
 
     def _alive_workers(self, ui_port: int) -> int | None:
         """Workers the master counts as alive, or None while the master does not answer."""
@@ -172,4 +186,7 @@ def _env() -> dict[str, str]:
         # Loopback only; and daemons small enough for a 2-core machine beside the jobs.
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
+        # A worker that stops answering is given up after 10 s, not a minute, so its
+        # applications' executors are placed on the others soon.
+        "SPARK_MASTER_OPTS": "-Dspark.worker.timeout=10",
     }

@@ -1,0 +1,163 @@
+"""Every job on a real Spark standalone cluster (two workers on 127.0.0.1) with every table
+on a real S3 server: the same answers as one local process, and failures it survives."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from bronze import sensor_records
+from lakehouse import PROJECT_ROOT
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
+from lakehouse.producer import produce
+from lakehouse.services.cluster import EmbeddedCluster
+from lakehouse.services.s3 import EmbeddedS3
+from silver import reconstruct
+from tests.integration.test_s3_lake import (
+    COMPARED,
+    KEYS,
+    PREFIX,
+    SPEC,
+    comparable,
+    read_s3,
+    s3_env,
+)
+from tests.integration.test_silver import assert_matches, silver_tables, small_spec
+from tests.silver import reference
+from tests.silver.bronze_fixture import kafka_records, write_bronze
+from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+    home = tmp_path_factory.mktemp("cluster-state")
+    cluster = EmbeddedCluster.under(home, workers=2, cores=1, memory="1g")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
+    server = EmbeddedS3(tmp_path_factory.mktemp("cluster-s3"), *KEYS)
+    server.start(buckets=("lake",))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def on_cluster(env: dict[str, str], cluster: EmbeddedCluster) -> dict[str, str]:
+    """`env` with the local-cluster target: jobs on `cluster`, one core each."""
+    return {
+        **env,
+        "LAKEHOUSE_TARGET": "local-cluster",
+        "LAKEHOUSE__SPARK__MASTER": "embedded",
+        "LAKEHOUSE__STORAGE__LOCAL_STATE": str(cluster.home.parent),
+    }
+
+
+def test_executors_get_the_project_only_as_the_zip_the_driver_ships(
+    cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    imported = subprocess.run(
+        [str(cluster.executor_python), "-c", "import lakehouse"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    libraries = subprocess.run(
+        [str(cluster.executor_python), "-c", "import pyspark, pandas, pyarrow"], cwd=tmp_path
+    )
+
+    assert "No module named 'lakehouse'" in imported.stderr
+    assert libraries.returncode == 0
+
+
+def test_the_pipeline_on_the_cluster_with_s3_gives_the_same_tables_as_one_local_process(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    s3: EmbeddedS3,
+    cluster: EmbeddedCluster,
+    tmp_path: Path,
+) -> None:
+    spec = replace(SPEC, seed=41, topic_prefix="cluster." + PREFIX)
+    produce(spec, kafka_bootstrap)
+    local = settings_for(tmp_path / "local", kafka_bootstrap, spec.topic_prefix)
+    sensor_records.run(spark, local)
+    reconstruct.run(spark, local)
+    run_models(spark, local.storage, MODELS)
+    env = on_cluster(s3_env(tmp_path / "on-cluster", kafka_bootstrap, s3), cluster)
+    env["LAKEHOUSE__KAFKA__TOPIC_PREFIX"] = spec.topic_prefix
+
+    for command in (("storage", "init"), ("run", "bronze"), ("run", "silver"), ("run", "gold"),
+                    ("check",)):  # fmt: skip
+        result = run_lakehouse(*command, env=env, timeout=600)
+        assert result.returncode in (0, 1), result.stderr[-2000:]
+        assert "Traceback" not in result.stderr, result.stderr[-2000:]
+
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    for name in COMPARED:
+        on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
+        on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
+        assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
+    ran = {(a["name"], a["cores"]) for a in cluster.applications()}
+    for job in ("bronze", "silver", "gold", "check"):
+        assert (f"lakehouse-{job}", 1) in ran
+
+
+def test_a_worker_killed_mid_batch_leaves_silver_exact_after_at_most_one_rerun(
+    spark: SparkSession, cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    # Local disk is shared by the workers of one machine: the tables stay on it here.
+    env = on_cluster(overrides(tmp_path, "127.0.0.1:9", "sensors."), cluster)
+    env.update(
+        LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="1", LAKEHOUSE__QUALITY__VALIDATE_STREAMS="false"
+    )
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
+    records = kafka_records(small_spec(51, {"gap": 1, "duplicate": 1}, sessions_per_sensor=3))
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 8, random.Random(51))
+    commits = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "commits"
+    job = subprocess.Popen(
+        lakehouse_command("run", "silver"),
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (commits.exists() and any(commits.glob("[0-9]*"))):
+            assert time.monotonic() < deadline and job.poll() is None, "no batch committed"
+            time.sleep(0.5)
+        worker = cluster.busy_worker()
+        assert worker is not None, "no worker runs the job's executor"
+        os.killpg(worker, signal.SIGKILL)  # the worker and its executors, as a lost machine
+        job.wait(600)
+    finally:
+        job.kill()
+        cluster.start()  # the lost worker back, for whatever runs next
+
+    if job.returncode != 0:  # it may fail, but then clearly, and a rerun is exact
+        assert job.stderr is not None
+        assert job.stderr.read().strip().splitlines()[-1].startswith("lakehouse: error: ")
+        rerun = run_lakehouse("run", "silver", env=env, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    assert_matches(silver_tables(spark, s), expected)
