@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 LH     := $(BIN)/lakehouse
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test test-unit lint bench clean
+.PHONY: help setup demo demo-cluster test test-unit lint bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ setup: $(VENV)/.installed ## install Python deps, the pinned JVM jars and Chromi
 
 demo: setup ## the whole pipeline on local services: Kafka -> bronze -> silver -> gold, checks, SQL
 	bash scripts/demo.sh
+
+demo-cluster: setup ## the demo with every job on a local Spark cluster and every table on local S3
+	LAKEHOUSE_TARGET=local-cluster bash scripts/demo.sh
 
 test: setup ## run the whole test suite against a real broker, Spark and Delta
 	$(BIN)/pytest
@@ -44,4 +47,5 @@ clean: ## stop the embedded services and delete local state (tables, checkpoints
 	-$(LH) kafka stop
 	-$(LH) s3 stop
 	-$(LH) catalog stop
-	rm -rf .state/lake .state/kafka .state/s3 .state/catalog
+	-$(LH) cluster stop
+	rm -rf .state/lake .state/kafka .state/s3 .state/catalog .state/cluster .state/dist

@@ -116,9 +116,11 @@ def test_the_pipeline_on_the_cluster_with_s3_gives_the_same_tables_as_one_local_
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
         assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
-    ran = {(a["name"], a["cores"]) for a in cluster.applications()}
-    for job in ("bronze", "silver", "gold", "check"):
-        assert (f"lakehouse-{job}", 1) in ran
+    # Each job ran on the cluster and held at most its spark.cores.max of one core, which
+    # is what lets the two streams run side by side on two one-core workers.
+    held = {a["name"]: a["cores"] for a in cluster.applications()}
+    assert {f"lakehouse-{job}" for job in ("bronze", "silver", "gold", "check")} <= set(held)
+    assert all(int(cores) <= 1 for cores in held.values())  # type: ignore[call-overload]
 
 
 def test_a_worker_killed_mid_batch_leaves_silver_exact_after_at_most_one_rerun(
