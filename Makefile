@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 LH     := $(BIN)/lakehouse
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo demo-cluster test test-unit lint bench clean
+.PHONY: help setup demo demo-cluster test test-faults test-unit lint bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ demo-cluster: setup ## the demo with every job on a local Spark cluster and ever
 
 test: setup ## run the whole test suite against a real broker, Spark and Delta
 	$(BIN)/pytest
+
+test-faults: setup ## only the tests that kill a server, a worker or a job mid-run
+	$(BIN)/pytest -m faults
 
 test-unit: setup ## only the tests that need no broker or Spark
 	$(BIN)/pytest -m "not integration"

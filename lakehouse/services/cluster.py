@@ -64,7 +64,11 @@ class EmbeddedCluster:
         worker has registered."""
         self.home.mkdir(parents=True, exist_ok=True)
         self._write_executor_python()
-        port, ui_port, *worker_ports = process.kept_ports(self.home / "ports", 2 + 2 * self.workers)
+        if self.address() is None:
+            ports = process.kept_ports(self.home / "ports", 2 + 2 * self.workers)
+        else:  # the master holds its ports: a worker that died comes back on its own
+            ports = [int(p) for p in (self.home / "ports").read_text().split()]
+        port, ui_port, *worker_ports = ports
         url = f"spark://127.0.0.1:{port}"
         if self.address() is None:
             process.launch(
@@ -186,7 +190,8 @@ def _env() -> dict[str, str]:
         # Loopback only; and daemons small enough for a 2-core machine beside the jobs.
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
-        # A worker that stops answering is given up after 10 s, not a minute, so its
-        # applications' executors are placed on the others soon.
-        "SPARK_MASTER_OPTS": "-Dspark.worker.timeout=10",
+        # A worker that stops answering is given up after 30 s, not a minute, so that its
+        # applications' executors move to the others sooner; less than 30 s drops busy but
+        # healthy workers of a loaded 2-core machine.
+        "SPARK_MASTER_OPTS": "-Dspark.worker.timeout=30",
     }

@@ -198,6 +198,7 @@ def start_continuous(env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.faults
 def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:

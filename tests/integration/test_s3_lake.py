@@ -155,6 +155,7 @@ def test_lakehouse_storage_init_refuses_a_bucket_it_cannot_reach(
     )
 
 
+@pytest.mark.faults
 def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_loses_nothing(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:

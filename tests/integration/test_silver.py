@@ -165,6 +165,7 @@ def test_faults_from_the_broker_become_violations_by_reason(
     assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
 
 
+@pytest.mark.faults
 def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
     spark: SparkSession, tmp_path: Path
 ) -> None:
