@@ -180,12 +180,13 @@ def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_l
         '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
     )
     try:
+        log = tmp_path / "bronze.log"  # a file: a pipe read only at the end could fill up
         job = subprocess.Popen(
             lakehouse_command("run", "bronze", "--continuous"),
             env={**os.environ, **env},
             cwd=PROJECT_ROOT,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=log.open("w"),
             text=True,
         )
         try:
@@ -196,9 +197,10 @@ def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_l
             weed = process.running_pid(server.home / "server.pid")
             assert weed is not None
             os.kill(weed, signal.SIGKILL)
-            _, errors = job.communicate(timeout=300)
+            job.communicate(timeout=300)
         finally:
             job.kill()
+        errors = log.read_text()
         assert job.returncode == 1, errors[-2000:]
         last = errors.strip().splitlines()[-1]
         assert last.startswith("lakehouse: error: ") and "Traceback" not in errors, errors[-2000:]
