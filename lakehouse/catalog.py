@@ -30,9 +30,11 @@ def register(
     if registered is not None and _same(registered, location):
         return
     if registered is not None:
-        # An external table: dropping the name leaves the data where it is.
+        # An external table: dropping the name leaves the data where it is. Dropped in the
+        # metastore itself: Spark's DROP TABLE would open the old table, whose storage may
+        # be gone (a lake moved off a server that is down) and retried for minutes.
         echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
-        spark.sql(f"DROP TABLE IF EXISTS {name}")
+        _metastore(spark).dropTable(layer, name.split(".", 1)[1], True, False)
     spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
 
 
@@ -55,11 +57,19 @@ def lake_tables(spark: SparkSession, root: str) -> dict[str, str]:
 
 
 def location_of(spark: SparkSession, name: str) -> str | None:
-    """Where the catalog says `name` is, or None when it names nothing."""
-    if not spark.catalog.tableExists(name):
+    """Where the catalog says `name` is, or None when it names nothing; read from the
+    metastore alone, without opening the table at that location."""
+    database, table = name.split(".", 1)
+    metastore = _metastore(spark)
+    if not metastore.tableExists(database, table):
         return None
-    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
-    return next((r.data_type for r in rows if r.col_name == "Location"), None)
+    location = metastore.getTable(database, table).location()
+    return None if location is None else str(location.toString())
+
+
+def _metastore(spark: SparkSession) -> Any:
+    """Spark's own client of the catalog's metastore (Hive's, or in memory)."""
+    return spark._jsparkSession.sessionState().catalog().externalCatalog()
 
 
 def is_delta(spark: SparkSession, path: str) -> bool:
