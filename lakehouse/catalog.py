@@ -27,7 +27,7 @@ def register(
     layer = name.split(".", 1)[0]
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
     registered = location_of(spark, name)
-    if registered is not None and _same(registered, location):
+    if registered is not None and same_place(registered, location):
         return
     if registered is not None:
         # An external table: dropping the name leaves the data where it is. Dropped in the
@@ -97,7 +97,13 @@ def _folders(spark: SparkSession, uri: str) -> Iterable[str]:
     )
 
 
-def _same(a: str, b: str) -> bool:
+def names(spark: SparkSession, name: str, location: str) -> bool:
+    """Whether the catalog's `name` is the table at `location` (and not another lake's)."""
+    registered = location_of(spark, name)
+    return registered is not None and same_place(registered, location)
+
+
+def same_place(a: str, b: str) -> bool:
     """Whether two URIs name one place: the catalog writes `file:/x` for `file:///x`."""
 
     def norm(uri: str) -> str:

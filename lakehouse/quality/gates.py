@@ -126,7 +126,12 @@ def create_tables(
     every writer's results."""
     for spec in (results(writer), *(quarantine(layer) for layer in layers)):
         delta.create(spark, spec, storage.table_uri(spec.name))
-    tables = [results(w).name for w in WRITERS if catalog.location_of(spark, results(w).name)]
+    # This lake's results only: the catalog may name another lake's, on storage now gone.
+    tables = [
+        spec.name
+        for spec in (results(w) for w in WRITERS)
+        if catalog.names(spark, spec.name, storage.table_uri(spec.name))
+    ]
     union = " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
     spark.sql(f"CREATE OR REPLACE VIEW {RESULTS_VIEW} AS {union}")
 
