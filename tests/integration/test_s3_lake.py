@@ -65,8 +65,11 @@ def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> d
 def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
     """A table on the test's S3 server, read by this process's Spark."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    # Tests run several S3 servers with one bucket name: Hadoop must not hand out a cached
+    # client of a server an earlier test stopped.
     for key, value in {"endpoint": server.address(), "path.style.access": "true",
-                       "access.key": KEYS[0], "secret.key": KEYS[1]}.items():  # fmt: skip
+                       "access.key": KEYS[0], "secret.key": KEYS[1],
+                       "impl.disable.cache": "true"}.items():  # fmt: skip
         hadoop.set(f"fs.s3a.{key}", value)
     return spark.read.format("delta").load(uri)
 
