@@ -48,8 +48,11 @@ def first_line(error: BaseException | str) -> str:
 
 
 def _text(error: BaseException) -> str:
-    message = getattr(error, "getMessage", None)  # a PySpark error's text without its JVM trace
-    return str(message() if callable(message) else error) or type(error).__name__
+    # A PySpark error's own message first, then everything str() gives (its JVM trace, where
+    # a cause such as the SQL extension's refusal may be all that names what happened).
+    message = getattr(error, "getMessage", None)
+    own = str(message()) if callable(message) else ""
+    return "\n".join(part for part in (own, str(error)) if part) or type(error).__name__
 
 
 # Spark's wrappers name where an error surfaced, not what it was.
