@@ -8,6 +8,8 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -93,8 +95,14 @@ WRITES = (NAME, gates.quarantine("bronze").name, gates.results("bronze").name)
 """Every table the bronze stream writes: on S3 it holds their leases while it runs."""
 
 
-def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> RunStats:
-    """Ingest to the current end of the topics (or until stopped, with `continuous`)."""
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    continuous: bool = False,
+    after_batch: Callable[[int], None] = lambda _batch_id: None,
+) -> RunStats:
+    """Ingest to the current end of the topics (or until stopped, with `continuous`);
+    `after_batch(batch_id)` runs once each batch has committed, under the stream's leases."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     with lease.holding(settings, WRITES, "the bronze stream") as held:
@@ -114,6 +122,7 @@ def run(spark: SparkSession, settings: Settings, continuous: bool = False) -> Ru
                 delta.append(admitted, path, txn)
             finally:
                 records.unpersist()
+            after_batch(txn.version)
 
         source = read_kafka(
             spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger

@@ -88,21 +88,61 @@ def compact(
     hours = settings.compact.vacuum_retention_hours if retention_hours is None else retention_hours
     if vacuum:
         check_retention(spark, settings, readers, chosen, hours)
-        # Delta's own check refuses anything under 7 days, not knowing the readers; the
-        # check above does, and the floor keeps the files of writes still in flight.
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        # VACUUM lists storage with this many tasks, 10,000 by default: one per core will do.
-        spark.conf.set(
-            "spark.sql.sources.parallelPartitionDiscovery.parallelism",
-            str(settings.spark.shuffle_partitions),
-        )
+        _allow_vacuum(spark, settings)
     # On S3 compaction is one more writer: it takes every table's lease first, so that a
     # table a stream is writing is refused before anything changes.
-    with lease.holding(settings, list(chosen), "lakehouse compact"):
-        return [
-            _compact(spark, name, location, hours, vacuum, echo)
-            for name, location in chosen.items()
-        ]
+    try:
+        with lease.holding(settings, list(chosen), "lakehouse compact"):
+            return [
+                _compact(spark, name, location, hours, vacuum, echo)
+                for name, location in chosen.items()
+            ]
+    except lease.LeaseRefused as refused:
+        raise lease.LeaseRefused(
+            f"{refused}. A running stream compacts the tables it writes itself, every "
+            "compact.stream_every_batches batches; compact the others by name"
+        ) from None
+
+
+def between_batches(
+    spark: SparkSession, settings: Settings, tables: Sequence[str], readers: Sequence[Reader]
+) -> Callable[[int], None]:
+    """A stream's own compaction, run after every `compact.stream_every_batches`-th batch
+    has committed: OPTIMIZE and VACUUM of the tables it writes.
+
+    On S3 the stream is the one writer of its tables (it holds their leases), so this is
+    how they get compacted while it runs; between its batches, nothing else of the stream
+    writes them. VACUUM is skipped, with a line, while a reader lags beyond the retention.
+    """
+    every = settings.compact.stream_every_batches
+    hours = settings.compact.vacuum_retention_hours
+    uris = {name: settings.storage.table_uri(name) for name in tables}
+
+    def after_batch(batch_id: int) -> None:
+        if every <= 0 or (batch_id + 1) % every:
+            return
+        try:
+            check_retention(spark, settings, readers, uris, hours)
+            _allow_vacuum(spark, settings)
+            vacuum = True
+        except LakehouseError as lagging:
+            echo(f"compacting without VACUUM: {lagging}")
+            vacuum = False
+        for name, uri in uris.items():
+            _compact(spark, name, uri, hours, vacuum, echo)
+
+    return after_batch
+
+
+def _allow_vacuum(spark: SparkSession, settings: Settings) -> None:
+    # Delta's own check refuses anything under 7 days, not knowing the readers;
+    # check_retention does, and its floor keeps the files of writes still in flight.
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # VACUUM lists storage with this many tasks, 10,000 by default: one per core will do.
+    spark.conf.set(
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism",
+        str(settings.spark.shuffle_partitions),
+    )
 
 
 def _compact(

@@ -34,8 +34,10 @@ def explain(error: BaseException | str, checkpoint: str = "its checkpoint") -> s
             "or the topic was deleted); nothing was skipped. Reset deliberately by moving "
             "the checkpoint aside. Spark said: " + first_line(text)
         )
-    if "TimeoutException" in text or "Timed out waiting" in text:
+    if re.search(r"org\.apache\.kafka\S*TimeoutException|Timed out waiting for a node", text):
         return "Kafka did not answer in time (is the broker up?): " + first_line(text)
+    if unreachable := _storage_unreachable(text):
+        return unreachable
     if "read-only: " in text:  # refused by the SQL extension: its own words suffice
         return "read-only: " + text.split("read-only: ", 1)[1].splitlines()[0]
     return _own_error(text) or _spark_error(text) or _python_error(text) or first_line(text)
@@ -59,11 +61,22 @@ def _text(error: BaseException) -> str:
 _WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_FAILED")
 
 
+def _storage_unreachable(text: str) -> str | None:
+    """S3A's words for an object store that does not answer: what it tried, on which path."""
+    call = re.search(r"(\w+\(\) on s3a://[^:\s]+): [\w.]*SdkClientException", text)
+    if call is None:
+        return None
+    address = re.search(r"Connect to (\S+)", text)
+    reason = re.findall(r"Caused by: java\.net\.\w+Exception: ([^\n]+)", text)
+    where = f" at {address[1]}" if address else ""
+    why = f" ({reason[-1].strip()})" if reason else ""
+    return f"object storage{where} did not answer {call[1]}{why}: is the S3 server up?"
+
+
 def _own_error(text: str) -> str | None:
-    """The project's own one-line errors, raised in a worker or in foreachBatch."""
-    found = re.findall(
-        r"^(?:[\w.]+\.)?((?:IntegrityError|QualityError|LakehouseError): .+)$", text, re.MULTILINE
-    )
+    """The project's own one-line errors, raised in a worker or in foreachBatch: Python
+    names them by module, e.g. `lakehouse.lease.LeaseRefused: ...`."""
+    found = re.findall(r"^(?:lakehouse|bronze|silver|gold)\.[\w.]*?(\w+: .+)$", text, re.MULTILINE)
     return found[-1].strip()[:500] if found else None
 
 

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
+from lakehouse import compaction
 from lakehouse.incremental import Model, declared_models, dependency_order
 from lakehouse.settings import Settings
 from lakehouse.streaming import RunStats
@@ -34,16 +35,31 @@ class Stream:
     summary: Callable[[SparkSession, Settings, RunStats], list[str]]
 
 
+def _compacting(
+    spark: SparkSession, settings: Settings, tables: tuple[str, ...]
+) -> Callable[[int], None]:
+    """What a stream runs between batches: compaction of the tables it writes."""
+    return compaction.between_batches(spark, settings, tables, READERS)
+
+
 STREAMS = {
     "bronze": Stream(
         "bronze",
         "kafka",
         sensor_records.CHECKPOINT,
-        lambda spark, settings, continuous, _trace: sensor_records.run(spark, settings, continuous),
+        lambda spark, settings, continuous, _trace: sensor_records.run(
+            spark, settings, continuous, _compacting(spark, settings, sensor_records.WRITES)
+        ),
         sensor_records.summary,
     ),
     "silver": Stream(
-        "silver", sensor_records.NAME, reconstruct.CHECKPOINT, reconstruct.run, reconstruct.summary
+        "silver",
+        sensor_records.NAME,
+        reconstruct.CHECKPOINT,
+        lambda spark, settings, continuous, trace: reconstruct.run(
+            spark, settings, continuous, trace, _compacting(spark, settings, reconstruct.WRITES)
+        ),
+        reconstruct.summary,
     ),
 }
 

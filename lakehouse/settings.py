@@ -175,6 +175,8 @@ class CompactSettings:
     slowest reader of a table (checked before each VACUUM)."""
     min_retention_hours: float
     """Floor under any retention: files of a write still in flight must survive it."""
+    stream_every_batches: int
+    """A stream compacts the tables it writes after every this many batches (0: never)."""
 
 
 @dataclass(frozen=True)

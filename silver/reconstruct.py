@@ -8,7 +8,7 @@ writes all silver tables, each write idempotent under the batch's Delta transact
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -229,8 +229,10 @@ def run(
     settings: Settings,
     continuous: bool = False,
     trace: frozenset[str] | None = None,
+    after_batch: Callable[[int], None] = lambda _batch_id: None,
 ) -> RunStats:
-    """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`)."""
+    """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`);
+    `after_batch(batch_id)` runs once each batch has committed, under the stream's leases."""
     with lease.holding(settings, WRITES, "the silver stream") as held:
         uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
         for spec in TABLES:
@@ -267,6 +269,7 @@ def run(
                 sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
             finally:
                 batch.unpersist()
+            after_batch(txn.version)
 
         checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
         interval = settings.silver.trigger_interval if continuous else None

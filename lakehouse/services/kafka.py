@@ -75,10 +75,10 @@ class EmbeddedKafka:
                 "kafka.tools.StorageTool",
                 "format",
                 "--standalone",
-                "-t",
-                _cluster_id(),
-                "-c",
-                str(properties),
+                # One argument with `=`: a random id may begin with "-", which the tool
+                # would otherwise read as an option.
+                f"--cluster-id={_cluster_id()}",
+                f"--config={properties}",
             )
         address = f"127.0.0.1:{port}"
         process.launch(

@@ -1,0 +1,57 @@
+"""`explain`: the one line a person reads, from the failure texts Spark really produces."""
+
+from __future__ import annotations
+
+from lakehouse.errors import explain
+
+STREAM_FAILED = (
+    "[STREAM_FAILED] Query [id = 6eb1, runId = a86a] terminated with exception: "
+    "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in "
+    "foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: "
+    "Traceback (most recent call last):\n"
+    '  File "/work/main/lakehouse/delta.py", line 94, in append\n'
+)
+
+S3_DOWN = STREAM_FAILED + (
+    "py4j.protocol.Py4JJavaError: An error occurred while calling o809.save.\n"
+    ": java.net.ConnectException: listObjects() on s3a://lake/lake/quality/results/_delta_log: "
+    "software.amazon.awssdk.core.exception.SdkClientException: Unable to execute HTTP request: "
+    "Connect to 127.0.0.1:41457 [/127.0.0.1] failed: Connection refused:    sof\n"
+    "\tat software.amazon.awssdk.core.internal.http.pipeline.stages."
+    "TimeoutExceptionHandlingStage.execute(TimeoutExceptionHandlingStage.java:79)\n"
+    "Caused by: org.apache.http.conn.HttpHostConnectException: Connect to 127.0.0.1:41457 "
+    "[/127.0.0.1] failed: Connection refused\n"
+    "Caused by: java.net.ConnectException: Connection refused\n"
+)
+
+
+def test_an_object_store_that_does_not_answer_is_named_with_the_call_and_path() -> None:
+    assert explain(S3_DOWN) == (
+        "object storage at 127.0.0.1:41457 did not answer listObjects() on "
+        "s3a://lake/lake/quality/results/_delta_log (Connection refused): is the S3 server up?"
+    )
+
+
+def test_a_kafka_timeout_names_the_broker_and_an_sdk_stage_called_timeout_does_not() -> None:
+    kafka = STREAM_FAILED + (
+        "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
+        "assignment. Call: describeTopics\n"
+    )
+    assert explain(kafka).startswith("Kafka did not answer in time (is the broker up?): ")
+    assert "Kafka" not in explain(S3_DOWN)
+
+
+def test_the_innermost_spark_error_class_wins_over_the_wrappers() -> None:
+    cast = STREAM_FAILED + (
+        "pyspark.errors.exceptions.captured.NumberFormatException: [CAST_INVALID_INPUT] The "
+        'value \'yesterday\' of the type "STRING" cannot be cast to "BIGINT". SQLSTATE: 22018\n'
+    )
+    assert explain(cast) == (
+        "[CAST_INVALID_INPUT] The value 'yesterday' of the type \"STRING\" cannot be cast to "
+        '"BIGINT".'
+    )
+
+
+def test_the_projects_own_error_raised_in_a_batch_is_reported_as_it_was_worded() -> None:
+    own = STREAM_FAILED + "lakehouse.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
+    assert explain(own) == "LeaseRefused: lost the lease of bronze.sensor_records"
