@@ -66,7 +66,9 @@ def add_commands(commands: Any) -> None:
         "are also clustered on their query keys), then VACUUM files older than the retention. "
         "The retention is checked against the lag of every incremental reader (the silver "
         "stream on bronze, gold models on their inputs) and refused if one would lose data. "
-        "Safe while the streams run. Prints files and bytes before and after per table.",
+        "Safe beside the streams on local disk; on S3 a running stream holds its tables' leases "
+        "and compacts them itself (compact.stream_every_batches), so name the others. Prints "
+        "files and bytes before and after per table.",
     )
     compact.add_argument(
         "tables", nargs="*", metavar="TABLE", help="e.g. silver.row_changes (default: all)"

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
@@ -220,3 +221,82 @@ def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_l
         assert len(rows) == len(set(rows)) == len(sent) and set(rows) == sent
     finally:
         server.stop()
+
+
+def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_equals_a_reference(
+    spark: SparkSession, kafka_bootstrap: str, s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    prefix = "compact." + PREFIX
+    produce(replace(SPEC, seed=34, topic_prefix=prefix), kafka_bootstrap)
+    local = settings_for(tmp_path / "local", kafka_bootstrap, prefix)
+    sensor_records.run(spark, local)
+    ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME))
+    reconstruct.run(spark, local)
+    run_models(spark, local.storage, MODELS)
+    env = s3_env(
+        tmp_path / "on-s3",
+        kafka_bootstrap,
+        s3,
+        kafka__topic_prefix=prefix,
+        bronze__trigger_interval="1 second",
+        bronze__max_offsets_per_trigger="60",
+        silver__trigger_interval="1 second",
+        silver__max_files_per_trigger="1",
+        compact__stream_every_batches="2",
+    )
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    streams = {
+        layer: subprocess.Popen(
+            lakehouse_command("run", layer, "--continuous"),
+            env={**os.environ, **env},
+            cwd=PROJECT_ROOT,
+            stdout=(tmp_path / f"{layer}.out").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for layer in ("bronze", "silver")
+    }
+    try:
+        deadline = time.monotonic() + 300
+        while not _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested.count()):
+            assert time.monotonic() < deadline, "bronze did not ingest every record"
+            assert all(s.poll() is None for s in streams.values()), _outputs(tmp_path)
+            time.sleep(2)
+
+        refused = run_lakehouse("compact", "silver.row_changes", env=env)
+
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "leased to the silver stream@" in refused.stderr
+        assert "compacts the tables it writes itself" in refused.stderr
+    finally:
+        for stream in streams.values():
+            stream.send_signal(signal.SIGINT)
+        for stream in streams.values():
+            stream.wait(120)
+    assert all(s.returncode == 0 for s in streams.values()), _outputs(tmp_path)
+    for command in (("run", "silver"), ("run", "gold"), ("compact",)):
+        result = run_lakehouse(*command, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+
+    for name in COMPARED:
+        on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
+        on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
+        assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
+    for name in ("bronze.sensor_records", "silver.row_changes"):
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{root}/{name.replace('.', '/')}`")
+        operations = {r["version"]: r["operation"] for r in history.collect()}
+        compacted = [v for v, op in operations.items() if op == "OPTIMIZE"]
+        # Compacted by its stream between batches it went on writing, not only at the end.
+        assert compacted and any(
+            op == "WRITE" and v > min(compacted) for v, op in operations.items()
+        ), operations
+
+
+def _bronze_holds(spark: SparkSession, server: EmbeddedS3, uri: str, records: int) -> bool:
+    try:
+        return read_s3(spark, server, uri).count() == records
+    except AnalysisException:  # no first commit yet
+        return False
+
+
+def _outputs(tmp_path: Path) -> str:
+    return "\n".join(f.read_text()[-2000:] for f in sorted(tmp_path.glob("*.out")))
