@@ -59,7 +59,8 @@ class RunStats:
 def await_query(query: StreamingQuery, label: str, checkpoint: str) -> RunStats:
     """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
 
-    A clean stop waits for the running batch to commit, so a restart has nothing to redo.
+    A clean stop waits for the running batch to commit, so a restart redoes at most a
+    batch that had just begun.
     """
     stop = threading.Event()
 
@@ -70,11 +71,19 @@ def await_query(query: StreamingQuery, label: str, checkpoint: str) -> RunStats:
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
     stats, seen_batch, started = RunStats(), -1, time.monotonic()
+    finished_before_stop: int | None = None
     try:
         while query.isActive:
-            if stop.is_set() and not query.status["isTriggerActive"]:
-                query.stop()
-                break
+            finished = max((p["batchId"] for p in query.recentProgress), default=-1)
+            if stop.is_set():
+                # Stop between batches; a stream that is always busy (batches longer than
+                # its trigger) is stopped once the batch running at the request commits:
+                # the next one has barely begun and is redone, exactly, on restart.
+                if finished_before_stop is None:
+                    finished_before_stop = finished
+                if not query.status["isTriggerActive"] or finished > finished_before_stop:
+                    query.stop()
+                    break
             query.awaitTermination(1)
             for progress in query.recentProgress:
                 if progress["batchId"] > seen_batch and progress["numInputRows"] > 0:

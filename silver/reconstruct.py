@@ -8,6 +8,7 @@ writes all silver tables, each write idempotent under the batch's Delta transact
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -211,16 +212,21 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
 
 
 def to_frame(out: Output, session: SessionState | None = None) -> pd.DataFrame:
-    """The machine's output as rows of the silver tables, the session's summary last,
-    numbered in the order they happened."""
+    """The machine's output as rows of the silver tables, the session's summary last.
+
+    Each table's rows are numbered (`ordinal`) in the order their Kafka record produced
+    them: a number that does not depend on how records were cut into micro-batches."""
     rows = [
         *({"output": row_changes.NAME, **row_changes.row(c)} for c in out.changes),
         *({"output": violations.NAME, **violations.row(v)} for v in out.violations),
         *({"output": state_transitions.NAME, **state_transitions.row(t)} for t in out.transitions),
         *([{"output": sessions.NAME, **sessions.row(session)}] if session else []),
     ]
-    for ordinal, row in enumerate(rows):
-        row["ordinal"] = ordinal
+    produced: Counter[tuple[Any, ...]] = Counter()
+    for row in rows:
+        record = (row["output"], row.get("topic"), row.get("partition"), row.get("offset"))
+        row["ordinal"] = produced[record]
+        produced[record] += 1
     return outputs.to_frame(rows)
 
 

@@ -1,7 +1,7 @@
 """silver.row_changes: one row per table row changed by an accepted record.
 
 The changelog of every reconstructed table: replaying it in (session, seq, ordinal)
-order rebuilds `silver.session_rows`.
+order rebuilds `silver.session_rows`; `ordinal` numbers the rows one record changed.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ from pathlib import Path
 from lakehouse import PROJECT_ROOT
 from lakehouse.settings import Settings, load_settings
 
+S3_KEYS = ("lakehouse", "s3-lake-secret")
+"""Access and secret key of the tests' S3 servers."""
+
 METASTORE_ENV = "LAKEHOUSE__CATALOG__METASTORE"
 """Set by the `metastore` fixture for the whole run: every test shares its catalog."""
 

@@ -26,7 +26,6 @@ from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
 from tests.integration.test_s3_lake import (
     COMPARED,
-    KEYS,
     PREFIX,
     SPEC,
     comparable,
@@ -50,16 +49,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         yield cluster
     finally:
         cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
-    server = EmbeddedS3(tmp_path_factory.mktemp("cluster-s3"), *KEYS)
-    server.start(buckets=("lake",))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def on_cluster(env: dict[str, str], cluster: EmbeddedCluster) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +12,11 @@ import pytest
 
 from lakehouse.lease import LeaseRefused, TableLease
 from lakehouse.services.s3 import EmbeddedS3
+from tests.support import S3_KEYS
 
 pytestmark = pytest.mark.integration
 
 ROUNDS = 40
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
-    server = EmbeddedS3(tmp_path_factory.mktemp("lease-s3"), "lakehouse", "lease-secret")
-    server.start(buckets=("lake",))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def lease(server: EmbeddedS3, table: str, holder: str, ttl_s: float = 30) -> TableLease:
@@ -38,7 +28,7 @@ def lease(server: EmbeddedS3, table: str, holder: str, ttl_s: float = 30) -> Tab
 def race(home: str, holder: str, start: Any, results: Any) -> None:
     """One contender: for each round, wait for the other, then try to take that round's
     lease at the same moment."""
-    server = EmbeddedS3(Path(home), "lakehouse", "lease-secret")
+    server = EmbeddedS3(Path(home), *S3_KEYS)
     for round_ in range(ROUNDS):
         start.wait()
         try:
@@ -114,7 +104,7 @@ def take_and_die(home: str) -> None:
     import os
     import signal
 
-    server = EmbeddedS3(Path(home), "lakehouse", "lease-secret")
+    server = EmbeddedS3(Path(home), *S3_KEYS)
     lease(server, "bronze.sensor_records", "crashed@host", ttl_s=2).acquire()
     os.kill(os.getpid(), signal.SIGKILL)
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
-from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import S3_KEYS, lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -31,23 +30,12 @@ PREFIX = "s3lake.sensors."
 SPEC = TrafficSpec(seed=31, sensors=2, sessions_per_sensor=3, rows_per_snapshot=8,
                    updates_per_session=25, resync_every=10, partitions=2, topic_prefix=PREFIX,
                    faults={"gap": 1, "duplicate": 1, "malformed_json": 1})  # fmt: skip
-KEYS = ("lakehouse", "s3-lake-secret")
 # What differs between two runs of the same data: when and in which batch it was written.
 VOLATILE = {"ingested_at", "batch_id", "updated_batch_id", "started_at", "seconds", "run_id"}
 COMPARED = (
     "bronze.sensor_records", "silver.row_changes", "silver.violations", "silver.sessions",
     "silver.session_rows", "gold.session_summary", "gold.sensor_hourly", "gold.sensor_daily",
 )  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedS3]:
-    server = EmbeddedS3(tmp_path_factory.mktemp("s3-lake"), *KEYS)
-    server.start(buckets=("lake",))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> dict[str, str]:
@@ -57,8 +45,8 @@ def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> d
     on_s3 = {
         "storage__root": f"s3a://lake/{tmp_path.name}",
         "s3__endpoint": endpoint,
-        "s3__access_key": KEYS[0],
-        "s3__secret_key": KEYS[1],
+        "s3__access_key": S3_KEYS[0],
+        "s3__secret_key": S3_KEYS[1],
     }
     return overrides(tmp_path, bootstrap, PREFIX, **{**on_s3, **keys})
 
@@ -69,7 +57,7 @@ def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
     # Tests run several S3 servers with one bucket name: Hadoop must not hand out a cached
     # client of a server an earlier test stopped.
     for key, value in {"endpoint": server.address(), "path.style.access": "true",
-                       "access.key": KEYS[0], "secret.key": KEYS[1],
+                       "access.key": S3_KEYS[0], "secret.key": S3_KEYS[1],
                        "impl.disable.cache": "true"}.items():  # fmt: skip
         hadoop.set(f"fs.s3a.{key}", value)
     return spark.read.format("delta").load(uri)
@@ -166,7 +154,7 @@ def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_l
     from lakehouse.services import process
     from tests.integration.test_bronze import consume_all
 
-    server = EmbeddedS3(tmp_path / "s3", *KEYS)
+    server = EmbeddedS3(tmp_path / "s3", *S3_KEYS)
     server.start(buckets=("lake",))
     prefix = "outage." + PREFIX
     produce(replace(SPEC, seed=33, topic_prefix=prefix, faults={}), kafka_bootstrap)
@@ -257,8 +245,11 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
     }
     try:
         deadline = time.monotonic() + 300
-        while not _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested.count()):
-            assert time.monotonic() < deadline, "bronze did not ingest every record"
+        while not (
+            _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested.count())
+            and "silver.row_changes: compacting" in (tmp_path / "silver.out").read_text()
+        ):
+            assert time.monotonic() < deadline, "bronze ingested not all, or silver compacted not"
             assert all(s.poll() is None for s in streams.values()), _outputs(tmp_path)
             time.sleep(2)
 
