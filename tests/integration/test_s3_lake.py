@@ -38,6 +38,9 @@ COMPARED = (
 )  # fmt: skip
 
 
+WRITTEN_BY_STREAMS = [name for name in COMPARED if not name.startswith("gold.")]
+
+
 def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> dict[str, str]:
     """A run whose tables, checkpoints and quality results are all under s3a://lake/."""
     endpoint = server.address()
@@ -220,7 +223,6 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
     sensor_records.run(spark, local)
     ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME))
     reconstruct.run(spark, local)
-    run_models(spark, local.storage, MODELS)
     env = s3_env(
         tmp_path / "on-s3",
         kafka_bootstrap,
@@ -264,11 +266,10 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
         for stream in streams.values():
             stream.wait(120)
     assert all(s.returncode == 0 for s in streams.values()), _outputs(tmp_path)
-    for command in (("run", "silver"), ("run", "gold"), ("compact",)):
-        result = run_lakehouse(*command, env=env)
-        assert result.returncode == 0, result.stderr[-2000:]
+    finish = run_lakehouse("run", "silver", env=env)  # what its last batch left
+    assert finish.returncode == 0, finish.stderr[-2000:]
 
-    for name in COMPARED:
+    for name in WRITTEN_BY_STREAMS:
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
         assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
