@@ -8,8 +8,6 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -18,7 +16,7 @@ from lakehouse.delta import Txn
 from lakehouse.quality import gates
 from lakehouse.services.kafka import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import RunStats, run_foreach_batch
+from lakehouse.streaming import AfterBatch, RunStats, nothing_after_batch, run_foreach_batch
 from lakehouse.tables import TableSpec
 
 TABLE = TableSpec(
@@ -99,10 +97,10 @@ def run(
     spark: SparkSession,
     settings: Settings,
     continuous: bool = False,
-    after_batch: Callable[[int], None] = lambda _batch_id: None,
+    after_batch: AfterBatch = nothing_after_batch,
 ) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`);
-    `after_batch(batch_id)` runs once each batch has committed, under the stream's leases."""
+    `after_batch` runs in each batch once its writes are done, under the stream's leases."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     with lease.holding(settings, WRITES, "the bronze stream") as held:
@@ -122,7 +120,7 @@ def run(
                 delta.append(admitted, path, txn)
             finally:
                 records.unpersist()
-            after_batch(txn.version)
+            after_batch(txn.version, held)
 
         source = read_kafka(
             spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger

@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from lakehouse import catalog, incremental, lease
 from lakehouse.console import echo
 from lakehouse.delta import retry_on_conflict
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import LakehouseError, explain
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -91,36 +91,37 @@ def compact(
         _allow_vacuum(spark, settings)
     # On S3 compaction is one more writer: it takes every table's lease first, so that a
     # table a stream is writing is refused before anything changes.
-    try:
-        with lease.holding(settings, list(chosen), "lakehouse compact"):
-            return [
-                _compact(spark, name, location, hours, vacuum, echo)
-                for name, location in chosen.items()
-            ]
-    except lease.LeaseRefused as refused:
-        raise lease.LeaseRefused(
-            f"{refused}. A running stream compacts the tables it writes itself, every "
-            "compact.stream_every_batches batches; compact the others by name"
-        ) from None
+    with lease.holding(settings, list(chosen), "lakehouse compact"):
+        return [
+            _compact(spark, name, location, hours, vacuum, echo)
+            for name, location in chosen.items()
+        ]
 
 
 def between_batches(
     spark: SparkSession, settings: Settings, tables: Sequence[str], readers: Sequence[Reader]
-) -> Callable[[int], None]:
-    """A stream's own compaction, run after every `compact.stream_every_batches`-th batch
-    has committed: OPTIMIZE and VACUUM of the tables it writes.
+) -> Callable[[int, lease.Held], None]:
+    """A stream's own compaction, run after the writes of every
+    `compact.stream_every_batches`-th batch: OPTIMIZE and VACUUM of the tables it writes.
 
     On S3 the stream is the one writer of its tables (it holds their leases), so this is
-    how they get compacted while it runs; between its batches, nothing else of the stream
-    writes them. VACUUM is skipped, with a line, while a reader lags beyond the retention.
+    how they get compacted while it runs. It runs inside the batch, after its writes,
+    and is best effort: a failure is a line, not a failed batch (the batch would fail
+    again on every restart), except a lost lease, which must stop the writer. VACUUM is
+    skipped, with a line, while a reader lags beyond the retention.
     """
     every = settings.compact.stream_every_batches
     hours = settings.compact.vacuum_retention_hours
-    uris = {name: settings.storage.table_uri(name) for name in tables}
 
-    def after_batch(batch_id: int) -> None:
+    def after_batch(batch_id: int, held: lease.Held) -> None:
         if every <= 0 or (batch_id + 1) % every:
             return
+        # A table that no batch has created yet (e.g. a quarantine never needed) is skipped.
+        uris = {
+            name: uri
+            for name in tables
+            if catalog.is_delta(spark, uri := settings.storage.table_uri(name))
+        }
         try:
             check_retention(spark, settings, readers, uris, hours)
             _allow_vacuum(spark, settings)
@@ -129,7 +130,11 @@ def between_batches(
             echo(f"compacting without VACUUM: {lagging}")
             vacuum = False
         for name, uri in uris.items():
-            _compact(spark, name, uri, hours, vacuum, echo)
+            held.check()  # renewed in the background: lost meanwhile, nothing more is written
+            try:
+                _compact(spark, name, uri, hours, vacuum, echo)
+            except Exception as error:
+                echo(f"{name}: not compacted this time: {explain(error)}")
 
     return after_batch
 

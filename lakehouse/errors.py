@@ -63,9 +63,9 @@ _WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_F
 
 def _storage_unreachable(text: str) -> str | None:
     """S3A's words for an object store that does not answer: what it tried, on which path."""
-    call = re.search(r"(\w+\(\) on s3a://[^:\s]+): [\w.]*SdkClientException", text)
-    if call is None:
-        return None
+    call = re.search(r"(\w+(?:\(\))? on s3a://[^:\s]+): [\w.]*SdkClientException", text)
+    if call is None or "Unable to execute HTTP request" not in text:
+        return None  # e.g. no credentials: the general rules name it
     address = re.search(r"Connect to (\S+)", text)
     reason = re.findall(r"Caused by: java\.net\.\w+Exception: ([^\n]+)", text)
     where = f" at {address[1]}" if address else ""

@@ -36,7 +36,11 @@ from lakehouse.settings import Settings
 
 
 class LeaseRefused(LakehouseError):
-    """Another writer holds the lease; the message names it."""
+    """Another writer holds the lease of `table`; the message names it."""
+
+    def __init__(self, message: str, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,8 @@ class TableLease:
         if current and current.holder != self.holder and current.expires > time.time():
             raise LeaseRefused(
                 f"{self.table} is leased to {current.describe()}: one writer per table on "
-                "object storage; stop that writer or wait for its lease to expire"
+                "object storage; stop that writer or wait for its lease to expire",
+                self.table,
             )
         return self._take(current.generation + 1 if current else 1)
 
@@ -112,7 +117,8 @@ class TableLease:
             self.held = None
             raise LeaseRefused(
                 f"{self.table} is leased to {winner.describe() if winner else 'another writer'}"
-                ": it took the lease first; one writer per table on object storage"
+                ": it took the lease first; one writer per table on object storage",
+                self.table,
             )
         self.held = grant
         self._forget_before(generation - 1)

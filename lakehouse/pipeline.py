@@ -35,20 +35,16 @@ class Stream:
     summary: Callable[[SparkSession, Settings, RunStats], list[str]]
 
 
-def _compacting(
-    spark: SparkSession, settings: Settings, tables: tuple[str, ...]
-) -> Callable[[int], None]:
-    """What a stream runs between batches: compaction of the tables it writes."""
-    return compaction.between_batches(spark, settings, tables, READERS)
-
-
 STREAMS = {
     "bronze": Stream(
         "bronze",
         "kafka",
         sensor_records.CHECKPOINT,
         lambda spark, settings, continuous, _trace: sensor_records.run(
-            spark, settings, continuous, _compacting(spark, settings, sensor_records.WRITES)
+            spark,
+            settings,
+            continuous,
+            compaction.between_batches(spark, settings, sensor_records.WRITES, READERS),
         ),
         sensor_records.summary,
     ),
@@ -57,11 +53,18 @@ STREAMS = {
         sensor_records.NAME,
         reconstruct.CHECKPOINT,
         lambda spark, settings, continuous, trace: reconstruct.run(
-            spark, settings, continuous, trace, _compacting(spark, settings, reconstruct.WRITES)
+            spark,
+            settings,
+            continuous,
+            trace,
+            compaction.between_batches(spark, settings, reconstruct.WRITES, READERS),
         ),
         reconstruct.summary,
     ),
 }
+
+STREAM_TABLES = frozenset((*sensor_records.WRITES, *reconstruct.WRITES))
+"""Every table a stream writes: while it runs, it holds their leases on S3 and compacts them."""
 
 live_sessions = reconstruct.live_state
 """`lakehouse inspect`: one row per session held in the silver stream's state."""
@@ -81,7 +84,7 @@ class Reader:
     model: str | None = None
 
 
-READERS = (
+READERS: tuple[Reader, ...] = (
     *(
         Reader(f"the {s.layer} stream", s.reads, checkpoint=s.checkpoint)
         for s in STREAMS.values()

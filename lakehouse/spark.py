@@ -19,7 +19,15 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
 """What executors import: shipped to them as one zip on a cluster."""
 CLASS_PATH = "spark.driver.extraClassPath"
+TRACE_FILE = "spark.lakehouse.traceFile"
+"""Where the driver logs the whole trace of a failed query (log4j2.properties), which the
+console reports in one line."""
 
+
+WORKER_PYTHON = os.environ.get("PYSPARK_PYTHON", sys.executable)
+"""Python workers' interpreter unless a target names one: read once, because building a
+session on the embedded cluster sets PYSPARK_PYTHON to its executors' (which lacks the
+project) for the rest of the process."""
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -30,10 +38,14 @@ def build_spark(
     """A session with the project's pinned jars and catalog; `getOrCreate` reuses one in this
     process. `extra` adds spark.* properties a command needs (the SQL server's port)."""
     spark_settings = settings.spark
+    app = app_name or spark_settings.app_name
+    trace_file = settings.storage.local_state_dir / "logs" / f"{app}.log"
     conf = {
         "spark.jars": ",".join(str(j) for j in jars.jars("spark")),
         "spark.driver.memory": spark_settings.driver_memory,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
+        f"-D{TRACE_FILE}={trace_file}",
+        TRACE_FILE: str(trace_file),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
@@ -56,13 +68,13 @@ def build_spark(
     if master == EMBEDDED:
         master, executor_python = embedded_cluster(settings)
         conf["spark.pyspark.python"] = executor_python
-    builder = SparkSession.builder.master(master).appName(app_name or spark_settings.app_name)
+    builder = SparkSession.builder.master(master).appName(app)
     for key, value in conf.items():
         builder = builder.config(key, value)
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
-    python = conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON", sys.executable)
+    python = conf.get("spark.pyspark.python") or WORKER_PYTHON
     os.environ["PYSPARK_PYTHON"] = python
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_settings.log_level)

@@ -16,6 +16,15 @@ from pyspark.sql.streaming import StreamingQuery
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError, explain
+from lakehouse.lease import Held
+from lakehouse.spark import TRACE_FILE
+
+AfterBatch = Callable[[int, Held], None]
+"""What a stream runs once a batch's writes are done: `(batch_id, the leases it holds)`."""
+
+
+def nothing_after_batch(_batch_id: int, _held: Held) -> None:
+    """The default of a stream run on its own, e.g. by a test: nothing."""
 
 
 def run_foreach_batch(
@@ -46,7 +55,7 @@ def run_foreach_batch(
     query = writer.start()
     query_id.append(str(query.id))
     started.set()
-    return await_query(query, name, checkpoint)
+    return await_query(query, name, checkpoint, frame.sparkSession.conf.get(TRACE_FILE, None))
 
 
 @dataclass
@@ -56,11 +65,13 @@ class RunStats:
     seconds: float = 0.0
 
 
-def await_query(query: StreamingQuery, label: str, checkpoint: str) -> RunStats:
+def await_query(
+    query: StreamingQuery, label: str, checkpoint: str, trace_file: str | None = None
+) -> RunStats:
     """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
 
     A clean stop waits for the running batch to commit, so a restart redoes at most a
-    batch that had just begun.
+    batch that had just begun (within the second this loop polls).
     """
     stop = threading.Event()
 
@@ -74,11 +85,14 @@ def await_query(query: StreamingQuery, label: str, checkpoint: str) -> RunStats:
     finished_before_stop: int | None = None
     try:
         while query.isActive:
-            finished = max((p["batchId"] for p in query.recentProgress), default=-1)
             if stop.is_set():
                 # Stop between batches; a stream that is always busy (batches longer than
                 # its trigger) is stopped once the batch running at the request commits:
-                # the next one has barely begun and is redone, exactly, on restart.
+                # the next one has just begun and is redone, exactly, on restart.
+                finished = max(
+                    (p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0),
+                    default=-1,
+                )
                 if finished_before_stop is None:
                     finished_before_stop = finished
                 if not query.status["isTriggerActive"] or finished > finished_before_stop:
@@ -97,7 +111,8 @@ def await_query(query: StreamingQuery, label: str, checkpoint: str) -> RunStats:
                     )
         query.awaitTermination()
     except StreamingQueryException as error:
-        raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}") from None
+        where = f" (whole trace in {trace_file})" if trace_file else ""
+        raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}{where}") from None
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -9,7 +9,7 @@ writes all silver tables, each write idempotent under the batch's Delta transact
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -22,7 +22,7 @@ from lakehouse import delta, lease
 from lakehouse.delta import Txn
 from lakehouse.quality import gates
 from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import RunStats, run_foreach_batch
+from lakehouse.streaming import AfterBatch, RunStats, nothing_after_batch, run_foreach_batch
 from silver import (
     outputs,
     protocol,
@@ -235,10 +235,10 @@ def run(
     settings: Settings,
     continuous: bool = False,
     trace: frozenset[str] | None = None,
-    after_batch: Callable[[int], None] = lambda _batch_id: None,
+    after_batch: AfterBatch = nothing_after_batch,
 ) -> RunStats:
     """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`);
-    `after_batch(batch_id)` runs once each batch has committed, under the stream's leases."""
+    `after_batch` runs in each batch once its writes are done, under the stream's leases."""
     with lease.holding(settings, WRITES, "the silver stream") as held:
         uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
         for spec in TABLES:
@@ -275,7 +275,7 @@ def run(
                 sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
             finally:
                 batch.unpersist()
-            after_batch(txn.version)
+            after_batch(txn.version, held)
 
         checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
         interval = settings.silver.trigger_interval if continuous else None

@@ -28,9 +28,10 @@ NAME = TABLE.name
 
 
 def latest_changes(changes: DataFrame) -> DataFrame:
-    """One row per (session, row id): the last change of the batch, in seq order."""
+    """One row per (session, row id): the last change of the batch, in seq order (in
+    Kafka order where a lax integrity mode let two records share a seq)."""
     last_first = Window.partitionBy("session_id", "row_id").orderBy(
-        F.desc("seq"), F.desc("ordinal")
+        F.desc("seq"), F.desc("offset"), F.desc("ordinal")
     )
     return (
         changes.withColumn("rank", F.row_number().over(last_first)).where("rank = 1").drop("rank")

@@ -15,7 +15,8 @@ def add_commands(commands: Any) -> None:
         "run",
         help="run a layer's job",
         description="bronze and silver are streams: they process what is there now and stop, "
-        "or keep running with --continuous. gold runs its models (gold/*.py) in dependency "
+        "or keep running with --continuous; every compact.stream_every_batches batches they "
+        "compact the tables they write. gold runs its models (gold/*.py) in dependency "
         "order, each incrementally: only the keys that silver changes since the model's last "
         "run touch are recomputed.",
     )
@@ -66,8 +67,9 @@ def add_commands(commands: Any) -> None:
         "are also clustered on their query keys), then VACUUM files older than the retention. "
         "The retention is checked against the lag of every incremental reader (the silver "
         "stream on bronze, gold models on their inputs) and refused if one would lose data. "
-        "Safe beside the streams on local disk; on S3 a running stream holds its tables' leases "
-        "and compacts them itself (compact.stream_every_batches), so name the others. Prints "
+        "Streams also compact the tables they write themselves, every "
+        "compact.stream_every_batches batches. On local disk this command is safe beside "
+        "them; on S3 a running stream holds its tables' leases, so name the others. Prints "
         "files and bytes before and after per table.",
     )
     compact.add_argument(
@@ -138,11 +140,21 @@ def run_inspect(args: argparse.Namespace) -> None:
 def run_compact(args: argparse.Namespace) -> None:
     from lakehouse import pipeline
     from lakehouse.compaction import compact
+    from lakehouse.lease import LeaseRefused
 
     settings, spark = spark_for(args, "compact")
-    results = compact(
-        spark, settings, pipeline.READERS, args.tables, args.retention_hours, not args.no_vacuum
-    )
+    try:
+        results = compact(
+            spark, settings, pipeline.READERS, args.tables, args.retention_hours, not args.no_vacuum
+        )
+    except LeaseRefused as refused:
+        if refused.table not in pipeline.STREAM_TABLES:
+            raise
+        raise LeaseRefused(
+            f"{refused}. A running stream compacts the tables it writes itself (every "
+            "compact.stream_every_batches batches); name the tables to compact the others",
+            refused.table,
+        ) from None
     before = sum(r.snapshot_before.files for r in results)
     after = sum(r.snapshot_after.files for r in results)
     echo(f"compacted {len(results)} tables: {before:,} files -> {after:,}")

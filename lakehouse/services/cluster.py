@@ -184,7 +184,8 @@ def _env() -> dict[str, str]:
     import pyspark
 
     return {
-        **os.environ,
+        # Not the driver's PYTHONPATH: a real cluster's daemons never see its source tree.
+        **{key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
         # spark-class looks for Spark with whichever python3 is on PATH; name it.
         "SPARK_HOME": str(Path(pyspark.__file__).parent),
         # Loopback only; and daemons small enough for a 2-core machine beside the jobs.

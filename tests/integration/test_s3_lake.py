@@ -199,7 +199,10 @@ def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_l
         assert job.returncode == 1, errors[-2000:]
         last = errors.strip().splitlines()[-1]
         assert last.startswith("lakehouse: error: bronze.sensor_records failed: object storage at ")
-        assert last.endswith("is the S3 server up?") and "Traceback" not in errors, errors[-2000:]
+        assert "is the S3 server up? (whole trace in " in last, errors[-2000:]
+        assert "Traceback" not in errors, errors[-2000:]
+        trace = Path(last.rsplit("(whole trace in ", 1)[1].rstrip(")"))
+        assert "java.net.ConnectException" in trace.read_text()
 
         server.start()
         time.sleep(7)  # the killed job's lease expires

@@ -374,6 +374,23 @@ def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> Non
     assert frame["found_seq"].tolist()[2] == 2**63 - 2
 
 
+def test_ordinal_numbers_the_rows_each_record_produced_however_records_are_batched() -> None:
+    from silver.reconstruct import to_frame
+
+    records = [snapshot(0, r1=1, r2=2, r3=3), upsert(1, "r2", 5), snapshot(2, r1=1, r4=4)]
+    whole = to_frame(*reversed(run(STRICT, *records)))
+    state, first = run(STRICT, *records[:2])
+    later, rest = run(STRICT, records[2], state=state)
+    split = [to_frame(first, state), to_frame(rest, later)]
+
+    def changes(frame):  # type: ignore[no-untyped-def]
+        rows = frame[frame["output"] == "silver.row_changes"]
+        return list(zip(rows["offset"], rows["row_id"], rows["op"], rows["ordinal"], strict=True))
+
+    assert changes(whole) == changes(split[0]) + changes(split[1])
+    assert [ordinal for *_, ordinal in changes(whole)] == [0, 1, 2, 0, 0, 1, 2, 3]
+
+
 class EmitsAnUntypedValue(SessionMachine):
     """A machine with a bug past its per-record guard: a value its table cannot hold."""
 
