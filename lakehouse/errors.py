@@ -28,7 +28,7 @@ def explain(error: BaseException | str, checkpoint: str = "its checkpoint") -> s
             "rerun to rebuild from the upstream table on a new checkpoint. Spark said: "
             + first_line(text.split("exception: ")[-1])
         )
-    if "KAFKA_DATA_LOSS" in text or "OffsetOutOfRange" in text:
+    if re.search(r"KAFKA_DATA_LOSS|OffsetOutOfRange|Some data may have been lost", text):
         return (
             "Kafka no longer has offsets this stream has not read yet (aged out by retention "
             "or the topic was deleted); nothing was skipped. Reset deliberately by moving "

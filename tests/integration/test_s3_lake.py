@@ -46,7 +46,9 @@ def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> d
     endpoint = server.address()
     assert endpoint is not None
     on_s3 = {
-        "storage__root": f"s3a://lake/{tmp_path.name}",
+        # Unique per test: a module's tests share one server, and a root with another
+        # test's checkpoints in it would resume those.
+        "storage__root": f"s3a://lake/{tmp_path.parent.name}/{tmp_path.name}",
         "s3__endpoint": endpoint,
         "s3__access_key": S3_KEYS[0],
         "s3__secret_key": S3_KEYS[1],

@@ -55,3 +55,13 @@ def test_the_innermost_spark_error_class_wins_over_the_wrappers() -> None:
 def test_the_projects_own_error_raised_in_a_batch_is_reported_as_it_was_worded() -> None:
     own = STREAM_FAILED + "lakehouse.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
     assert explain(own) == "LeaseRefused: lost the lease of bronze.sensor_records"
+
+
+def test_offsets_the_kafka_source_can_no_longer_find_are_reported_as_data_loss() -> None:
+    lost = (
+        "[STREAM_FAILED] Query [id = 5e7c] terminated with exception: Some data may have been "
+        "lost because they are not available in Kafka any more; either the data was aged out "
+        "by Kafka or the topic may have been deleted before all the data in the topic was "
+        "processed.\n"
+    )
+    assert explain(lost).startswith("Kafka no longer has offsets this stream has not read yet")
