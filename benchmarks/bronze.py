@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import broker, run_settings, traffic_parser
+from benchmarks.common import broker, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.console import echo
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.producer import produce
 from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
 
@@ -31,13 +31,7 @@ def main() -> None:
         root = Path(tmp)
         with broker(root) as bootstrap:
             settings = run_settings(root / "lake", bootstrap, kafka__partitions="4")
-            spec = TrafficSpec(
-                sensors=args.sensors,
-                sessions_per_sensor=args.sessions,
-                updates_per_session=args.updates,
-                rows_per_snapshot=args.rows,
-                partitions=settings.kafka.partitions,
-            )
+            spec = traffic_spec(args, partitions=settings.kafka.partitions)
             echo(f"producing {args.sensors * args.sessions * (args.updates + 2):,} records ...")
             report = produce(spec, bootstrap, progress=True)
             echo(report.to_text().splitlines()[0])

@@ -6,7 +6,9 @@ import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+from lakehouse.producer import TrafficSpec
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings, load_settings
 
@@ -23,6 +25,17 @@ def traffic_parser(
     parser.add_argument("--updates", type=int, default=updates, help="per session")
     parser.add_argument("--rows", type=int, default=200, help="per snapshot")
     return parser
+
+
+def traffic_spec(args: argparse.Namespace, **keys: Any) -> TrafficSpec:
+    """The traffic `traffic_parser`'s arguments ask for; `keys` set the rest."""
+    return TrafficSpec(
+        sensors=args.sensors,
+        sessions_per_sensor=args.sessions,
+        updates_per_session=args.updates,
+        rows_per_snapshot=args.rows,
+        **keys,
+    )
 
 
 @contextmanager

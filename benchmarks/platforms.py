@@ -25,10 +25,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks.common import broker, run_settings, traffic_parser
+from benchmarks.common import broker, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.console import echo
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.producer import produce
 from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import Settings
@@ -52,13 +52,7 @@ def main() -> None:
         try:
             endpoint = s3.start(buckets=("bench",))
             with broker(root) as bootstrap:
-                spec = TrafficSpec(
-                    sensors=args.sensors,
-                    sessions_per_sensor=args.sessions,
-                    updates_per_session=args.updates,
-                    rows_per_snapshot=args.rows,
-                    partitions=4,
-                )
+                spec = traffic_spec(args, partitions=4)
                 echo(f"producing {args.sensors * args.sessions * (args.updates + 2):,} records")
                 records = produce(spec, bootstrap, progress=True).records
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from benchmarks.common import run_settings, traffic_parser
+from benchmarks.common import run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
@@ -41,14 +41,7 @@ def main() -> None:
         broker = EmbeddedKafka(root / "kafka")
         bootstrap = broker.start()
         try:
-            spec = TrafficSpec(
-                sensors=args.sensors,
-                sessions_per_sensor=args.sessions,
-                updates_per_session=args.updates,
-                rows_per_snapshot=args.rows,
-                session_stagger_seconds=0.5,
-                partitions=4,
-            )
+            spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
             print(f"producing {spec.sensors * spec.sessions_per_sensor:,} sessions ...", flush=True)
             records = produce(spec, bootstrap, progress=True).records
             small = replace(spec, sessions_per_sensor=args.silver_sessions, topic_prefix="small.")

@@ -25,7 +25,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks.common import run_settings, traffic_parser
+from benchmarks.common import run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
@@ -51,14 +51,7 @@ def main() -> None:
         bootstrap = broker.start()
         try:
             spark: SparkSession | None = None
-            spec = TrafficSpec(
-                sensors=args.sensors,
-                sessions_per_sensor=args.sessions,
-                updates_per_session=args.updates,
-                rows_per_snapshot=args.rows,
-                session_stagger_seconds=0.5,
-                partitions=4,
-            )
+            spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
             settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", spark)
             total = (
                 spark.read.format("delta")
