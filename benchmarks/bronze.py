@@ -1,7 +1,9 @@
-"""Kafka -> bronze.sensor_records against Kafka -> Spark's `noop` sink, in one process.
+"""Kafka -> bronze.sensor_records against Kafka -> Spark's own `noop` and Delta sinks.
 
-Both read the same records from the same broker with the same source options; the ratio
-is what bronze's Delta write, lineage columns and exactly-once bookkeeping cost.
+All read the same records from the same broker with the same source options: against
+`noop` the ratio is everything bronze writes; against Spark's own Kafka -> Delta stream
+(the peer a user would write instead) it is what bronze's lineage columns, exactly-once
+bookkeeping, quarantine and table management cost.
 In-stream validation is off here: benchmarks/quality.py measures what it adds.
 After an untimed warm-up run, baseline and bronze alternate twice and the best run of each
 counts, so JIT warm-up and page cache favour neither side.
@@ -37,39 +39,44 @@ def main() -> None:
             echo(report.to_text().splitlines()[0])
             spark = build_spark(settings, app_name="bench-bronze")
             echo("warm-up run (not timed) ...")
-            time_noop(spark, settings, bootstrap, root / "warm-up")
-            noop_runs, bronze_runs = [], []
+            time_sink(spark, settings, bootstrap, root / "warm-up", "noop")
+            noop_runs, delta_runs, bronze_runs = [], [], []
             for attempt in range(2):
-                noop_runs.append(time_noop(spark, settings, bootstrap, root / f"noop-{attempt}"))
+                noop_runs.append(
+                    time_sink(spark, settings, bootstrap, root / f"noop-{attempt}", "noop")
+                )
+                delta_runs.append(
+                    time_sink(spark, settings, bootstrap, root / f"delta-{attempt}", "delta")
+                )
                 lake = run_settings(root / f"lake-{attempt}", bootstrap)
                 started = time.perf_counter()
                 stats = sensor_records.run(spark, lake)
                 bronze_runs.append(time.perf_counter() - started)
                 assert stats.input_rows == report.records, "bronze must ingest every record"
 
-    noop_s, bronze_s = min(noop_runs), min(bronze_runs)
+    noop_s, delta_s, bronze_s = min(noop_runs), min(delta_runs), min(bronze_runs)
     n = report.records
     echo(f"\nrecords:            {n:,}")
     echo(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  (best of {_runs(noop_runs)})")
+    echo(f"kafka -> delta:     {n / delta_s:>12,.0f} records/s  (best of {_runs(delta_runs)})")
     echo(f"kafka -> bronze:    {n / bronze_s:>12,.0f} records/s  (best of {_runs(bronze_runs)})")
     echo(f"ratio bronze/noop:  {noop_s / bronze_s:.2f}")
+    echo(f"ratio bronze/delta: {delta_s / bronze_s:.2f}")
 
 
 def _runs(seconds: list[float]) -> str:
     return ", ".join(f"{s:.1f}s" for s in seconds)
 
 
-def time_noop(spark, settings: Settings, bootstrap: str, checkpoint: Path) -> float:  # type: ignore[no-untyped-def]
+def time_sink(spark, settings: Settings, bootstrap: str, folder: Path, sink: str) -> float:  # type: ignore[no-untyped-def]
+    """Seconds to run the same Kafka source into Spark's own `sink`: `noop` (reading only)
+    or `delta`, the plain Kafka -> Delta stream a user would write instead of bronze."""
     source = sensor_records.read_kafka(
         spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
     )
     started = time.perf_counter()
-    query = (
-        source.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
+    writer = source.writeStream.format(sink).option("checkpointLocation", str(folder / "_cp"))
+    query = writer.trigger(availableNow=True).start(str(folder / "table"))
     query.awaitTermination()
     return time.perf_counter() - started
 
