@@ -20,8 +20,10 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, produce
+from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
+from tests.integration.test_bronze import consume_all
 from tests.support import S3_KEYS, lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -156,9 +158,6 @@ def test_lakehouse_storage_init_refuses_a_bucket_it_cannot_reach(
 def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_loses_nothing(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    from lakehouse.services import process
-    from tests.integration.test_bronze import consume_all
-
     server = EmbeddedS3(tmp_path / "s3", *S3_KEYS)
     server.start(buckets=("lake",))
     prefix = "outage." + PREFIX
@@ -226,7 +225,7 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
     produce(replace(SPEC, seed=34, topic_prefix=prefix), kafka_bootstrap)
     local = settings_for(tmp_path / "local", kafka_bootstrap, prefix)
     sensor_records.run(spark, local)
-    ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME))
+    ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME)).count()
     reconstruct.run(spark, local)
     env = s3_env(
         tmp_path / "on-s3",
@@ -253,7 +252,7 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
     try:
         deadline = time.monotonic() + 300
         while not (
-            _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested.count())
+            _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested)
             and "silver.row_changes: compacting" in (tmp_path / "silver.out").read_text()
         ):
             assert time.monotonic() < deadline, "bronze ingested not all, or silver compacted not"
