@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,3 +64,55 @@ def run_settings(root: Path, bootstrap: str = "unused:1", **keys: str) -> Settin
         **{f"LAKEHOUSE__{key.upper()}": value for key, value in keys.items()},
     }
     return load_settings("local", environ=environ)
+
+
+class PeakMemory:
+    """Peak resident memory of this process's JVM (driver and, in local mode, executors)
+    and of the largest Python worker, sampled from /proc while a run goes on."""
+
+    def __init__(self, every_s: float = 0.2) -> None:
+        self.jvm_bytes = self.worker_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(every_s,), daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            for pid, (command, rss, peak) in _processes().items():
+                if command == "java" and _descends_from(pid, os.getpid()):
+                    self.jvm_bytes = max(self.jvm_bytes, peak)
+                elif command.startswith("python") and _descends_from(pid, os.getpid(), 3):
+                    self.worker_bytes = max(self.worker_bytes, rss)
+
+
+def _processes() -> dict[int, tuple[str, int, int]]:
+    found = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
+        except OSError:
+            continue
+        kib = {k: int(fields.get(k, "0 kB").split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
+        found[int(status.parent.name)] = (fields["Name"].strip(), kib["VmRSS"], kib["VmHWM"])
+    return found
+
+
+def _descends_from(pid: int, ancestor: int, depth: int = 1) -> bool:
+    for _ in range(depth + 1):
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if parent == ancestor:
+            return True
+        pid = parent
+    return False

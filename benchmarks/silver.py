@@ -1,8 +1,10 @@
 """Silver against its baseline, on the same bronze data, in one process.
 
 (a) bronze -> parse every value by the protocol -> `noop`: reading and JSON parsing only;
-(b) the full silver job: keying, the per-session state machine in Python workers, RocksDB
-    state, five Delta tables.
+(b) the full silver job: parsing in the JVM, keying, the per-session state machine in
+    Python workers, RocksDB state, five Delta tables;
+(c) the platform's stateful limit: the same parsing, keying and state API with trivial
+    per-session work (count the rows, keep the count in state), `noop` sink.
 In-stream validation is off here (benchmarks/quality.py measures it).
 Prints records/s for each and the ratio b/a, then the state size of 10,000 live sessions,
 and a probe of the two Python state APIs doing the same per-session work.
@@ -25,13 +27,14 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from benchmarks.common import run_settings, traffic_parser, traffic_spec
+from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
 from silver import reconstruct
+from silver.parsing import parse_records
 
 PROTOCOL = (
     "session_id STRING, sensor_id STRING, seq BIGINT, kind STRING, event_time STRING, op STRING,"
@@ -60,6 +63,9 @@ def main() -> None:
             )
 
             parse_s = best_of(2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}"))
+            limit_s = best_of(
+                2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}")
+            )
             silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
             print(
                 f"\nbronze records:          {total:,} "
@@ -69,7 +75,10 @@ def main() -> None:
             print(
                 f"(b) full silver job:     {total / silver_s:>10,.0f} records/s ({silver_s:.1f}s)"
             )
-            print(f"ratio b/a:               {parse_s / silver_s:.2f}", flush=True)
+            print(f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)")
+            print(f"ratio b/a:               {parse_s / silver_s:.2f}")
+            print(f"ratio c/a:               {parse_s / limit_s:.2f}")
+            print(f"ratio b/c:               {limit_s / silver_s:.2f}", flush=True)
 
             probe_apis(spark, settings, root / "probe", total)
 
@@ -86,7 +95,8 @@ def main() -> None:
                     partitions=4,
                 )
                 state_settings, spark = ingest(root / "state", bootstrap, wide, "wide.", spark)
-                reconstruct.run(spark, state_settings)
+                with PeakMemory() as memory:
+                    reconstruct.run(spark, state_settings)
                 live = reconstruct.live_state(spark, state_settings)
                 sizes = live.agg(F.count("*").alias("n"), F.sum("state_bytes").alias("b")).first()
                 on_disk = dir_bytes(
@@ -104,6 +114,11 @@ def main() -> None:
                     f"({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
                 )
                 print(f"RocksDB checkpoint dir:  {on_disk / 2**20:,.1f} MiB on disk")
+                print(
+                    f"peak RSS:                JVM {memory.jvm_bytes / 2**30:.2f} GiB "
+                    f"(spark.driver.memory {spark.conf.get('spark.driver.memory')}), "
+                    f"largest Python worker {memory.worker_bytes / 2**20:,.0f} MiB"
+                )
         finally:
             broker.stop()
 
@@ -155,6 +170,37 @@ def time_parse_noop(spark: SparkSession, settings: Settings, checkpoint: Path) -
     return time.perf_counter() - started
 
 
+def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
+    """What any job keyed by session pays on this platform: silver's own parsing and
+    keying, applyInPandasWithState with a count for state, nothing written."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def count(
+        key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
+        seen = sum(len(chunk) for chunk in chunks) + (state.get[0] if state.exists else 0)
+        state.update((seen,))
+        yield pd.DataFrame({"session_id": [key[0]], "rows": [seen]})
+
+    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    counted = parsed.groupBy("session_id").applyInPandasWithState(
+        count,
+        "session_id STRING, rows BIGINT",
+        "rows BIGINT",
+        "append",
+        GroupStateTimeout.NoTimeout,
+    )
+    started = time.perf_counter()
+    query = (
+        counted.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
     fresh = run_settings(
         root, silver__max_files_per_trigger=str(settings.silver.max_files_per_trigger)
@@ -169,46 +215,43 @@ def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
 
 
 def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) -> None:
-    """The same per-session work (keep a dict of rows, JSON in state) in both Python APIs."""
+    """The state silver keeps (a session's live row ids, and a count), kept by both Python
+    state APIs: one JSON value per session, or a value state and a map state."""
     from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    keyed = reconstruct.key_records(bronze_stream(spark, settings))
-
-    def fold(table: dict[str, Any], values: pd.Series) -> None:
-        for raw in values:
-            message = json.loads(raw)
-            for row in message.get("rows") or [
-                message.get("row") or {"row_id": message.get("row_id")}
-            ]:
-                table[str(row.get("row_id"))] = row.get("values")
+    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
 
     def with_state(
         key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
-        table = json.loads(state.get[0]) if state.exists else {}
+        ids = set(json.loads(state.get[0])) if state.exists else set()
         for chunk in chunks:
-            fold(table, chunk["value"])
-        state.update((json.dumps(table),))
-        yield pd.DataFrame({"session_id": [key[0]], "rows": [len(table)]})
+            ids.update(chunk["row_id"].dropna())
+        state.update((json.dumps(list(ids)),))
+        yield pd.DataFrame({"session_id": [key[0]], "rows": [len(ids)]})
 
     class Processor(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:
-            self.table = handle.getValueState("table", "body STRING")
+            self.count = handle.getValueState("count", "rows BIGINT")
+            self.ids = handle.getMapState("ids", "row_id STRING", "live BOOLEAN")
 
         def handleInputRows(
             self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
         ) -> Iterator[pd.DataFrame]:
-            table = json.loads(self.table.get()[0]) if self.table.exists() else {}
+            count = self.count.get()[0] if self.count.exists() else 0
             for chunk in rows:
-                fold(table, chunk["value"])
-            self.table.update((json.dumps(table),))
-            yield pd.DataFrame({"session_id": [key[0]], "rows": [len(table)]})
+                for row_id in chunk["row_id"].dropna().unique():
+                    if not self.ids.containsKey((row_id,)):
+                        self.ids.updateValue((row_id,), (True,))
+                        count += 1
+            self.count.update((count,))
+            yield pd.DataFrame({"session_id": [key[0]], "rows": [count]})
 
         def close(self) -> None:
             pass
 
-    grouped = keyed.groupBy("session_id")
+    grouped = parsed.groupBy("session_id")
     variants = {
         "applyInPandasWithState": grouped.applyInPandasWithState(
             with_state,
@@ -221,7 +264,7 @@ def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) 
             Processor(), "session_id STRING, rows BIGINT", "Append", "None"
         ),
     }
-    print("\nstate API probe (same per-session work, noop sink):")
+    print("\nstate API probe (a session's live row ids in state, noop sink):")
     for name, frame in variants.items():
         started = time.perf_counter()
         try:

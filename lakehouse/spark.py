@@ -41,7 +41,7 @@ def build_spark(
     app = app_name or spark_settings.app_name
     trace_file = settings.storage.local_state_dir / "logs" / f"{app}.log"
     conf = {
-        "spark.jars": ",".join(str(j) for j in jars.jars("spark")),
+        "spark.jars": ",".join(str(j) for j in (*jars.jars("spark"), jars.sql_extension())),
         "spark.driver.memory": spark_settings.driver_memory,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
         f"-D{TRACE_FILE}={trace_file}",

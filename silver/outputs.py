@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
@@ -20,7 +21,7 @@ from lakehouse.tables import Column, TableSpec, columns_of
 from silver import row_changes, sessions, state_transitions, violations
 
 TABLES = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE, sessions.TABLE)
-_PANDAS = {"BIGINT": "Int64", "INT": "Int64", "DOUBLE": "float64"}
+_PANDAS = {"BIGINT": "Int64", "INT": "Int64", "DOUBLE": "float64", "BOOLEAN": "boolean"}
 
 
 def _written_by_the_writer(column: Column) -> bool:
@@ -31,8 +32,13 @@ def _carried_as(column: Column) -> str:
     return "BIGINT" if column.type == "TIMESTAMP" else column.type
 
 
+LATEST = "latest"
+"""Beside a row change: whether it is its row's last change in the batch (by seq, offset,
+ordinal), the one `silver.session_rows` is merged with."""
+
+
 def _shape() -> dict[str, str]:
-    shape = {"output": "STRING"}
+    shape = {"output": "STRING", LATEST: "BOOLEAN"}
     for spec in TABLES:
         for column in columns_of(spec.columns):
             if _written_by_the_writer(column):
@@ -55,12 +61,39 @@ def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     become a violation, not after it."""
     # Column by column: a frame built from rows infers float64 for an integer column that
     # holds a None, and 2^63 - 1 does not survive the trip through a double.
+    present = {name for row in rows for name in row}
     return pd.DataFrame(
         {
             name: pd.array([row.get(name) for row in rows], dtype=dtype)
+            if name in present
+            else _column(None, len(rows), dtype)
             for name, dtype in DTYPES.items()
         }
     )
+
+
+def frame(columns: dict[str, Any], length: int) -> pd.DataFrame:
+    """Output rows from whole columns (arrays, or one value for every row), the others
+    null: built array by array, as a session's changes are many."""
+    return pd.DataFrame(
+        {name: _column(columns.get(name), length, dtype) for name, dtype in DTYPES.items()}
+    )
+
+
+def _column(values: Any, length: int, dtype: str) -> Any:
+    if isinstance(values, np.ndarray | pd.api.extensions.ExtensionArray):
+        return pd.array(values, dtype=dtype) if dtype in ("Int64", "boolean") else values
+    if dtype == "Int64":
+        empty = values is None
+        return pd.arrays.IntegerArray(
+            np.full(length, 0 if empty else values), np.full(length, empty)
+        )
+    if dtype == "boolean":
+        empty = values is None
+        return pd.arrays.BooleanArray(np.full(length, bool(values)), np.full(length, empty))
+    if dtype == "float64":
+        return np.full(length, np.nan if values is None else values, dtype="float64")
+    return np.full(length, values, dtype=object)
 
 
 def select(outputs: DataFrame, spec: TableSpec, batch_id: int) -> DataFrame:

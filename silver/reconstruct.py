@@ -1,14 +1,14 @@
 """The silver stream: bronze records -> per-session state machine -> the silver tables.
 
-Bronze is read as a Delta stream; each record is keyed by the `session_id` in its value;
-`applyInPandasWithState` hands each session's records of a micro-batch to
-`SessionMachine` after sorting them by Kafka (partition, offset); one `foreachBatch`
-writes all silver tables, each write idempotent under the batch's Delta transaction.
+Bronze is read as a Delta stream and parsed in the JVM (`silver.parsing`); each record is
+keyed by its session; `applyInPandasWithState` hands each session's rows of a micro-batch
+to `silver.session_batch` after sorting them by Kafka (partition, offset); one
+`foreachBatch` writes all silver tables, each write idempotent under the batch's Delta
+transaction.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,27 +25,22 @@ from lakehouse.settings import Settings, SilverSettings
 from lakehouse.streaming import AfterBatch, RunStats, nothing_after_batch, run_foreach_batch
 from silver import (
     outputs,
-    protocol,
     row_changes,
+    session_batch,
     session_rows,
     sessions,
     state_transitions,
     violations,
 )
+from silver.parsing import UNKEYED, parse_records
 from silver.session_machine import (
     STATE_VERSION,
-    IntegrityError,
-    Lineage,
     Mode,
     Output,
     Policy,
-    Reason,
-    Record,
     SessionMachine,
     SessionState,
     Status,
-    Violation,
-    parse_record,
 )
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
@@ -59,27 +54,10 @@ WRITES = (
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
 )
-UNKEYED = ""
-"""The group of records no session can claim (no usable session_id): rejected, no state."""
-
-
-def key_records(bronze: DataFrame) -> DataFrame:
-    """Bronze records with the session they belong to, UNKEYED when the value names none
-    that the protocol allows (an id that would key state must be a bounded, printable id)."""
-    session_id = F.get_json_object(F.col("value").cast("string"), "$.session_id")
-    usable = F.when(session_id.rlike(protocol.ID_PATTERN), session_id)
-    return bronze.select(
-        F.coalesce(usable, F.lit(UNKEYED)).alias("session_id"),
-        "topic",
-        "partition",
-        "offset",
-        "key",
-        "value",
-    )
 
 
 def reconstruct_sessions(
-    keyed: DataFrame, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
+    parsed: DataFrame, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
 ) -> DataFrame:
     """One output row per row change, violation, trace step and touched session.
 
@@ -93,24 +71,8 @@ def reconstruct_sessions(
         traced = trace is not None and (not trace or session_id in trace)
         return SessionMachine(Mode(rule.mode), Policy(rule.policy), rule.window, traced)
 
-    def records_of(session_id: str, batch: pd.DataFrame) -> list[Record]:
-        return [
-            parse_record(
-                session_id,
-                raw,
-                Lineage(topic, int(partition), int(offset)),
-                key,
-                topic[len(topic_prefix) :] if topic.startswith(topic_prefix) else None,
-            )
-            for topic, partition, offset, key, raw in zip(
-                batch["topic"],
-                batch["partition"],
-                batch["offset"],
-                batch["key"],
-                batch["value"],
-                strict=True,
-            )
-        ]
+    def sensor_of(topic: str) -> str | None:
+        return topic[len(topic_prefix) :] if topic.startswith(topic_prefix) else None
 
     def on_session(
         key: tuple[Any, ...], chunks: Iterable[pd.DataFrame], state: GroupState
@@ -121,68 +83,36 @@ def reconstruct_sessions(
             state.remove()
             if session.status is not Status.CLOSED:
                 machine_for(_topic(session), session_id).expire(session)
-                yield to_frame(Output(), session)
+                yield session_batch.to_frame(Output(), session)
             return
         # Spark hands a group's rows over in no order and in several chunks; Kafka
         # (partition, offset) is the order the sensor sent them in.
-        batch = pd.concat(list(chunks), ignore_index=True).sort_values(["partition", "offset"])
-        records = records_of(session_id, batch)
+        rows = pd.concat(list(chunks), ignore_index=True).sort_values(
+            ["partition", "offset", "pos"], ignore_index=True
+        )
+        topic = rows["topic"].iat[0]
         if session_id == UNKEYED:
-            yield to_frame(Output(violations=[unkeyed_violation(r) for r in records]))
+            yield session_batch.unkeyed(rows, sensor_of(topic))
             return
         session = load_state(state.get) if state.exists else SessionState(session_id)
-        topic = _topic(session) if session.first_lineage else records[0].lineage.topic
-        frame, keep = judge(machine_for(topic, session_id), session, records)
+        topic = _topic(session) or topic
+        frames, keep = session_batch.judge(
+            machine_for(topic, session_id), session, rows, sensor_of(topic)
+        )
         if keep:
             # A closed session stays until the timeout, so that a record after its end is
             # rejected as such in any later batch rather than opening a new session.
             state.update(save_state(session))
             state.setTimeoutDuration(timeout_ms)
-        yield frame
+        yield from frames
 
-    return keyed.groupBy("session_id").applyInPandasWithState(
+    return parsed.groupBy("session_id").applyInPandasWithState(
         on_session,
         outputs.SCHEMA,
         STATE_SCHEMA,
         "append",
         GroupStateTimeout.ProcessingTimeTimeout,
     )
-
-
-def judge(
-    machine: SessionMachine, session: SessionState, records: list[Record]
-) -> tuple[pd.DataFrame, bool]:
-    """The session's output for a batch of its records, and whether its new state is kept.
-
-    Nothing raises but the `fail` policy: an error outside the state machine's own guard
-    per record (typing the output, say) makes the batch's records `internal` violations
-    and the state stays as it was, so the session goes on as if they had never come: its
-    next record shows the gap.
-    """
-    try:
-        return to_frame(machine.process(session, records), session), True
-    except IntegrityError:
-        raise
-    except Exception as error:
-        frame = to_frame(Output(violations=internal_violations(records, error)))
-        if machine.policy is Policy.FAIL:
-            detail = frame.loc[0, "detail"]
-            raise IntegrityError(f"session {session.session_id}: {detail}") from None
-        return frame, False
-
-
-def unkeyed_violation(record: Record) -> Violation:
-    """A record that names no usable session: rejected for what parsing found."""
-    reason, detail = record.problem or Reason.INVALID, record.detail or "no session_id"
-    return Violation(None, record.sensor_id, reason, detail, None, None, record.lineage, record.raw)
-
-
-def internal_violations(records: list[Record], error: Exception) -> list[Violation]:
-    detail = f"handling the session's batch failed: {type(error).__name__}: {error}"[:500]
-    return [
-        Violation(r.session_id, r.sensor_id, Reason.INTERNAL, detail, None, r.seq, r.lineage, r.raw)
-        for r in records
-    ]
 
 
 def _topic(session: SessionState) -> str:
@@ -211,23 +141,33 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
     return SessionState.from_json(row[5])
 
 
-def to_frame(out: Output, session: SessionState | None = None) -> pd.DataFrame:
-    """The machine's output as rows of the silver tables, the session's summary last.
-
-    Each table's rows are numbered (`ordinal`) in the order their Kafka record produced
-    them: a number that does not depend on how records were cut into micro-batches."""
-    rows = [
-        *({"output": row_changes.NAME, **row_changes.row(c)} for c in out.changes),
-        *({"output": violations.NAME, **violations.row(v)} for v in out.violations),
-        *({"output": state_transitions.NAME, **state_transitions.row(t)} for t in out.transitions),
-        *([{"output": sessions.NAME, **sessions.row(session)}] if session else []),
-    ]
-    produced: Counter[tuple[Any, ...]] = Counter()
-    for row in rows:
-        record = (row["output"], row.get("topic"), row.get("partition"), row.get("offset"))
-        row["ordinal"] = produced[record]
-        produced[record] += 1
-    return outputs.to_frame(rows)
+def with_raw_values(rejected: DataFrame, bronze: DataFrame) -> DataFrame:
+    """Violations with the bytes of their record: records read in the JVM reach Python as
+    typed columns only, so their bytes are looked up in bronze by lineage, where needed."""
+    missing = rejected.where(F.col("raw_value").isNull())
+    ranges = (
+        missing.groupBy("topic", "partition")
+        .agg(F.min("offset").alias("low"), F.max("offset").alias("high"))
+        .collect()
+    )
+    if not ranges:
+        return rejected
+    # Offset ranges per partition let Delta skip the files that cannot hold them.
+    near = F.lit(False)
+    for r in ranges:
+        near = near | (
+            (F.col("topic") == r.topic)
+            & (F.col("partition") == r.partition)
+            & F.col("offset").between(r.low, r.high)
+        )
+    found = bronze.where(near).select("topic", "partition", "offset", F.col("value").alias("found"))
+    filled = missing.join(found, ["topic", "partition", "offset"], "left").select(
+        *[
+            F.coalesce("found", "raw_value").alias(c) if c == "raw_value" else c
+            for c in rejected.columns
+        ]
+    )
+    return rejected.where(F.col("raw_value").isNotNull()).unionByName(filled)
 
 
 def run(
@@ -246,13 +186,17 @@ def run(
         # Without this, processing-time timeouts make Spark run empty batches forever and
         # an availableNow run never ends; sessions then expire at the next batch with data.
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        bronze_uri = settings.storage.table_uri(sensor_records.NAME)
         bronze = (
             spark.readStream.format("delta")
             .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
-            .load(settings.storage.table_uri(sensor_records.NAME))
+            .load(bronze_uri)
         )
-        keyed = key_records(bronze)
-        rows = reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
+        parsed = parse_records(bronze, settings.kafka.topic_prefix)
+        rows = reconstruct_sessions(parsed, settings.silver, settings.kafka.topic_prefix, trace)
+        bronze_now = spark.read.format("delta").load(
+            settings.storage.table_uri(sensor_records.NAME)
+        )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
 
         def write(batch: DataFrame, txn: Txn) -> None:
@@ -261,17 +205,29 @@ def run(
             batch.persist()
             try:
                 gate = gate_for(txn)
-                admitted = {
-                    spec.name: gate.admit(outputs.select(batch, spec, txn.version), spec.name)
+                selected = {
+                    spec.name: outputs.select(batch, spec, txn.version)
                     for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
                 }
+                selected[violations.NAME] = with_raw_values(selected[violations.NAME], bronze_now)
+                admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
                 gate.commit()
                 changes = admitted[row_changes.NAME]
                 delta.append(changes, uri[row_changes.NAME], txn)
-                delta.append(admitted[violations.NAME], uri[violations.NAME], txn)
                 transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
-                delta.append(transitions, uri[state_transitions.NAME], txn)
-                session_rows.write(changes, uri[session_rows.NAME], txn)
+                # Most batches reject nothing and trace nothing: a commit of no rows
+                # costs as much as a small one (a replay finds them empty again).
+                for rows, spec in ((admitted[violations.NAME], violations.TABLE),
+                                   (transitions, state_transitions.TABLE)):  # fmt: skip
+                    if not rows.isEmpty():
+                        delta.append(rows, uri[spec.name], txn)
+                # The workers marked each row's last change; a gate that quarantined
+                # some changes leaves the rest to be ranked again.
+                latest = None
+                if changes is selected[row_changes.NAME]:
+                    marked = batch.where(F.col(outputs.LATEST))
+                    latest = outputs.select(marked, row_changes.TABLE, txn.version)
+                session_rows.write(changes, uri[session_rows.NAME], txn, latest)
                 sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
             finally:
                 batch.unpersist()

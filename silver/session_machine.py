@@ -17,7 +17,7 @@ from typing import Any
 
 from silver import protocol
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """Bump when `SessionState` changes shape: old checkpoints are then refused, not misread."""
 
 
@@ -72,7 +72,9 @@ class Record:
     """One bronze record of a session, parsed as far as it goes."""
 
     lineage: Lineage
-    raw: bytes
+    raw: bytes | None
+    """None where the JVM read the record: silver looks its bytes up in bronze by lineage
+    if a violation needs them."""
     session_id: str
     sensor_id: str | None = None
     seq: int | None = None
@@ -149,7 +151,8 @@ class SessionState:
     status: Status = Status.OPEN
     last_seq: int | None = None
     has_snapshot: bool = False
-    table: dict[str, dict[str, Any]] = field(default_factory=dict)
+    row_ids: set[str] = field(default_factory=set)
+    """The rows the session's table holds now; their values live in silver's tables."""
     first_seq: int | None = None
     records: int = 0
     snapshots: int = 0
@@ -166,16 +169,17 @@ class SessionState:
     seen: set[int] = field(default_factory=set)
     """`once` mode: every seq applied so far."""
     rows_at_end: int | None = None
-    """Rows when the session ended: the table itself is dropped from state then."""
+    """Rows when the session ended: its row ids are dropped from state then."""
 
     @property
     def table_rows(self) -> int:
-        return len(self.table) if self.rows_at_end is None else self.rows_at_end
+        return len(self.row_ids) if self.rows_at_end is None else self.rows_at_end
 
     def to_json(self) -> str:
         body = asdict(self)
         body["pending"] = [_record_to_dict(r) for r in self.pending.values()]
         body["seen"] = sorted(self.seen)
+        body["row_ids"] = list(self.row_ids)
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -186,6 +190,7 @@ class SessionState:
         body["status"] = Status(body["status"])
         body["pending"] = {r["seq"]: _record_from_dict(r) for r in body["pending"]}
         body["seen"] = set(body["seen"])
+        body["row_ids"] = set(body["row_ids"])
         return cls(**body)
 
     def summary(self) -> dict[str, Any]:
@@ -193,7 +198,7 @@ class SessionState:
         return {
             "status": str(self.status),
             "last_seq": self.last_seq,
-            "rows": len(self.table),
+            "rows": len(self.row_ids),
             "records": self.records,
             "rejected": self.rejected,
         }
@@ -201,13 +206,13 @@ class SessionState:
 
 def _record_to_dict(record: Record) -> dict[str, Any]:
     body = asdict(record)
-    body["raw"] = record.raw.decode("utf-8", "replace")
+    body["raw"] = None if record.raw is None else record.raw.decode("utf-8", "replace")
     return body
 
 
 def _record_from_dict(body: dict[str, Any]) -> Record:
     body["lineage"] = Lineage(**body["lineage"])
-    body["raw"] = body["raw"].encode()
+    body["raw"] = None if body["raw"] is None else body["raw"].encode()
     body["problem"] = Reason(body["problem"]) if body["problem"] else None
     return Record(**body)
 
@@ -237,7 +242,7 @@ class Violation:
     expected_seq: int | None
     found_seq: int | None
     lineage: Lineage
-    raw: bytes
+    raw: bytes | None
 
 
 @dataclass(frozen=True)
@@ -443,7 +448,7 @@ class SessionMachine:
                 "update before the session's first snapshot",
                 record.seq,
             )
-        unknown_row = record.op == "delete" and record.row_id not in state.table
+        unknown_row = record.op == "delete" and record.row_id not in state.row_ids
         if record.kind == "update" and unknown_row and self.mode is Mode.STRICT:
             return self._reject(
                 state,
@@ -472,32 +477,33 @@ class SessionMachine:
 
         if record.kind == "snapshot":
             assert record.rows is not None
-            for row_id in state.table.keys() - record.rows.keys():
+            for row_id in sorted(state.row_ids - record.rows.keys()):
                 change(row_id, "delete", None)
             for row_id, values in record.rows.items():
                 change(row_id, "snapshot", values)
-            state.table = dict(record.rows)
+            state.row_ids = set(record.rows)
             state.has_snapshot = True
             state.snapshots += 1
         elif record.kind == "update":
             assert record.row_id is not None
             state.updates += 1
             if record.op == "delete":
-                if state.table.pop(record.row_id, None) is not None:
+                if record.row_id in state.row_ids:
+                    state.row_ids.remove(record.row_id)
                     change(record.row_id, "delete", None)
             else:
                 assert record.values is not None
                 change(
                     record.row_id,
-                    "update" if record.row_id in state.table else "insert",
+                    "update" if record.row_id in state.row_ids else "insert",
                     record.values,
                 )
-                state.table[record.row_id] = record.values
+                state.row_ids.add(record.row_id)
         else:
             # What is left of a closed session is a tombstone of counters, kept until the
             # timeout so that a straggler is recognised as arriving after the end.
-            state.status, state.rows_at_end = Status.CLOSED, len(state.table)
-            state.table, state.pending, state.seen = {}, {}, set()
+            state.status, state.rows_at_end = Status.CLOSED, len(state.row_ids)
+            state.row_ids, state.pending, state.seen = set(), {}, set()
         return action
 
     @staticmethod

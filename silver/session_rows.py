@@ -22,7 +22,9 @@ TABLE = TableSpec(
         {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL, event_time TIMESTAMP, {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
-    # Merged row by row every batch: a change feed nothing reads would cost every MERGE.
+    # Merged row by row every batch: a change feed nothing reads would cost every MERGE,
+    # and deletion vectors let a MERGE mark changed rows instead of rewriting their files.
+    properties={"delta.enableDeletionVectors": "true"},
 )
 NAME = TABLE.name
 
@@ -38,7 +40,9 @@ def latest_changes(changes: DataFrame) -> DataFrame:
     )
 
 
-def write(changes: DataFrame, path: str, txn: Txn) -> None:
-    """Apply a batch of `silver.row_changes` rows."""
+def write(changes: DataFrame, path: str, txn: Txn, latest: DataFrame | None = None) -> None:
+    """Apply a batch of `silver.row_changes` rows; `latest`, where the caller has it, is
+    already their `latest_changes`."""
     key = ("session_id", "row_id")
-    delta.merge(latest_changes(changes), path, key, txn, delete_when="s.op = 'delete'")
+    rows = latest_changes(changes) if latest is None else latest
+    delta.merge(rows, path, key, txn, delete_when="s.op = 'delete'")

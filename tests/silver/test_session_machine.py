@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from silver.session_machine import (
     Policy,
     Reason,
     Record,
+    RowChange,
     SessionMachine,
     SessionState,
     Status,
@@ -61,13 +61,36 @@ def end(seq: int) -> Record:
     return rec(raw(seq, "end"))
 
 
+_CHANGES: dict[int, list[RowChange]] = {}
+"""Every change each session's `run`s produced: state keeps row ids, the tables values."""
+
+
 def run(machine: SessionMachine, *records: Record, state: SessionState | None = None):  # type: ignore[no-untyped-def]
     state = state or SessionState("s1")
-    return state, machine.process(state, records)
+    out = machine.process(state, records)
+    _CHANGES.setdefault(id(state), []).extend(out.changes)
+    return state, out
+
+
+def restore(state: SessionState) -> SessionState:
+    """The state as the next micro-batch reads it back, with the changes made so far."""
+    restored = SessionState.from_json(state.to_json())
+    _CHANGES[id(restored)] = list(_CHANGES.get(id(state), []))
+    return restored
 
 
 def temps(state: SessionState) -> dict[str, float]:
-    return {row: values["temperature"] for row, values in state.table.items()}
+    """The session's table as silver's tables hold it (its changes replayed): it has the
+    rows the state names."""
+    table: dict[str, float] = {}
+    for change in _CHANGES.get(id(state), []):
+        if change.op == "delete":
+            del table[change.row_id]
+        else:
+            assert change.values is not None
+            table[change.row_id] = change.values["temperature"]
+    assert set(table) == state.row_ids
+    return table
 
 
 STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
@@ -140,7 +163,7 @@ def test_later_snapshot_replaces_the_table_and_deletes_vanished_rows() -> None:
 def test_end_closes_the_session_and_drops_its_table_from_state() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1, r2=2), end(1))
     assert state.status is Status.CLOSED
-    assert state.table == {} and state.table_rows == 2
+    assert state.row_ids == set() and state.table_rows == 2
 
 
 def test_record_after_end_is_rejected_without_breaking() -> None:
@@ -240,8 +263,8 @@ def test_fail_policy_raises_one_line_naming_session_lineage_and_seqs() -> None:
 
 def test_updates_split_across_micro_batches_continue_from_saved_state() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1), upsert(1, "r1", 2))
-    restored = SessionState.from_json(state.to_json())
-    restored_out = STRICT.process(restored, [upsert(2, "r2", 3)])
+    restored = restore(state)
+    _, restored_out = run(STRICT, upsert(2, "r2", 3), state=restored)
     assert temps(restored) == {"r1": 2, "r2": 3} and not restored_out.violations
 
 
@@ -297,8 +320,8 @@ def test_window_applies_out_of_order_records_in_seq_order() -> None:
 def test_window_buffers_across_micro_batches() -> None:
     machine = SessionMachine(Mode.WINDOW, window=3)
     state, _ = run(machine, snapshot(0, r1=1), upsert(2, "r1", 2))
-    restored = SessionState.from_json(state.to_json())
-    out = machine.process(restored, [upsert(1, "r1", 1)])
+    restored = restore(state)
+    _, out = run(machine, upsert(1, "r1", 1), state=restored)
     assert [c.seq for c in out.changes] == [1, 2] and temps(restored) == {"r1": 2}
 
 
@@ -358,62 +381,3 @@ def test_trace_records_each_transition_with_before_and_after() -> None:
     last = out.transitions[-1]
     assert last.before["status"] == "open" and last.after["status"] == "broken"
     assert last.lineage == gap.lineage and last.seq == 3
-
-
-def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> None:
-    from silver.reconstruct import to_frame
-
-    values = {**vals(1.0), "counter": 2**63 - 1}
-    rows = [{"row_id": "r1", "values": values}, {"row_id": "r2", "values": {"counter": None}}]
-    first = rec(raw(0, "snapshot", rows=rows))
-    state, out = run(STRICT, first, upsert(2**63 - 2))
-    frame = to_frame(out, state)
-
-    assert str(frame["counter"].dtype) == "Int64" and str(frame["found_seq"].dtype) == "Int64"
-    assert frame["counter"].iloc[0] == 2**63 - 1 and frame["counter"].isna().iloc[1]
-    assert frame["found_seq"].tolist()[2] == 2**63 - 2
-
-
-def test_ordinal_numbers_the_rows_each_record_produced_however_records_are_batched() -> None:
-    from silver.reconstruct import to_frame
-
-    records = [snapshot(0, r1=1, r2=2, r3=3), upsert(1, "r2", 5), snapshot(2, r1=1, r4=4)]
-    whole = to_frame(*reversed(run(STRICT, *records)))
-    state, first = run(STRICT, *records[:2])
-    later, rest = run(STRICT, records[2], state=state)
-    split = [to_frame(first, state), to_frame(rest, later)]
-
-    def changes(frame):  # type: ignore[no-untyped-def]
-        rows = frame[frame["output"] == "silver.row_changes"]
-        return list(zip(rows["offset"], rows["row_id"], rows["op"], rows["ordinal"], strict=True))
-
-    assert changes(whole) == changes(split[0]) + changes(split[1])
-    assert [ordinal for *_, ordinal in changes(whole)] == [0, 1, 2, 0, 0, 1, 2, 3]
-
-
-class EmitsAnUntypedValue(SessionMachine):
-    """A machine with a bug past its per-record guard: a value its table cannot hold."""
-
-    def process(self, state: SessionState, records):  # type: ignore[no-untyped-def]
-        out = super().process(state, records)
-        out.changes.append(replace(out.changes[0], values={"counter": "many"}))
-        return out
-
-
-def test_an_error_typing_a_sessions_output_makes_its_records_internal_violations() -> None:
-    from silver.reconstruct import judge
-
-    records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
-    frame, keep = judge(EmitsAnUntypedValue(), SessionState("s1"), records)
-
-    assert not keep
-    assert frame["reason"].tolist() == ["internal", "internal"]
-    assert frame["offset"].tolist() == [r.lineage.offset for r in records]
-    assert "handling the session's batch failed" in frame["detail"][0]
-
-
-def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
-    from silver.reconstruct import judge
-
-    with pytest.raises(IntegrityError, match="session s1: handling the session's batch failed"):
-        judge(EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), [snapshot(0, r1=1)])

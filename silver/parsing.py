@@ -1,0 +1,252 @@
+"""Bronze records read by the protocol in the JVM: typed columns, one row per table row.
+
+`from_json` reads each value once, with the protocol's schema, into typed columns. It is
+lenient where the protocol is strict (a repeated key, a number where a string belongs,
+trailing bytes), so a record counts as `plain` only where cheap checks on its text prove
+that the strict reading (`silver.protocol`) would find the same values:
+
+- the text is UTF-8, and one pass over its bytes (`JsonKeys`, in `jvm/src`) finds one
+  object and nothing after it, no key spelled with an escape, no string field holding a
+  non-string, and counts its keys;
+- that count equals the typed fields that came out non-null: no key repeated, none
+  unknown, none null, none of a JSON type the schema could not read (`3.0` for an
+  integer, `"hot"` for a number);
+- every typed value keeps its field's rule, checked as SQL generated from the protocol.
+
+Plain records reach the Python workers as typed columns, a snapshot already exploded into
+its rows; any other record travels as raw bytes to the protocol's own parser, which names
+what is wrong. A rule these checks cannot prove costs that record speed, never a
+different answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from silver import protocol
+from silver.protocol import Field, FieldType
+
+UNKEYED = ""
+"""The group of records no session can claim (no usable session_id): rejected, no state."""
+
+_SQL_TYPES = {
+    FieldType.STRING: "STRING",
+    FieldType.TIMESTAMP: "STRING",
+    FieldType.INTEGER: "BIGINT",
+    FieldType.NUMBER: "DOUBLE",
+}
+VALUES = protocol.VALUE_FIELDS
+_VALUES_TYPE = ", ".join(f"{f.name}: {_SQL_TYPES[f.type]}" for f in VALUES)
+_ROW_TYPE = f"STRUCT<row_id: STRING, values: STRUCT<{_VALUES_TYPE}>>"
+SCHEMA = ", ".join(
+    [
+        *(f"{f.name} {_SQL_TYPES[f.type]}" for f in (*protocol.ENVELOPE, protocol.OP)),
+        f"row_id STRING, row {_ROW_TYPE}, rows ARRAY<{_ROW_TYPE}>",
+    ]
+)
+"""Every field the protocol names, at its place in a message, in Spark SQL DDL."""
+
+_STRING_FIELDS = sorted(
+    {f.name for f in (*protocol.ENVELOPE, protocol.OP, protocol.ROW_ID, *VALUES)
+     if _SQL_TYPES[f.type] == "STRING"}
+)  # fmt: skip
+JSON_KEYS = "lakehouse_json_keys"
+"""`jvm/src/lakehouse/json/JsonKeys.java`: a value's key count in one pass, or -1."""
+_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})$"
+"""The protocol's time format, with at most microseconds (more digits: Python decides)."""
+_LOW, _HIGH = (int(t.timestamp()) * 1_000_000 for t in protocol.EVENT_TIME_RANGE)
+INTEGER_VALUES = tuple(f.name for f in VALUES if f.type is FieldType.INTEGER)
+"""Nullable BIGINT values travel with a null mask (`<name>_null`): pandas would turn a
+BIGINT column holding a null into doubles, and 2^63 - 1 does not survive that."""
+
+
+def holds(field: Field, value: Column) -> Column:
+    """Whether a typed value keeps `field`'s rule (null where the field may be missing)."""
+    if field.type is FieldType.STRING:
+        if field.choices:
+            rule = value.isin(*field.choices)
+        else:
+            rule = value.rlike(rf"^[^\x00-\x1f\x7f-\x9f]{{1,{field.max_length}}}$")
+    elif field.type is FieldType.INTEGER:
+        rule = value.between(F.lit(field.minimum), F.lit(field.maximum))
+    elif field.type is FieldType.TIMESTAMP:
+        rule = value.between(F.lit(_LOW), F.lit(_HIGH - 1))
+    else:
+        rule = ~F.isnan(value) & (F.abs(value) != F.lit(float("inf")))
+    return F.coalesce(value.isNull() & F.lit(field.optional) | rule, F.lit(False))
+
+
+def _timestamp_micros(text: Column) -> Column:
+    """Microseconds since the epoch, UTC, of a time in the protocol's format; null where
+    Spark cannot read it as Python does."""
+    return F.when(text.rlike(_TIMESTAMP), F.unix_micros(F.try_to_timestamp(text)))
+
+
+def _all(rules: Iterable[Column]) -> Column:
+    result = F.lit(True)
+    for rule in rules:
+        result = result & rule
+    return result
+
+
+def _present(columns: Iterable[Column]) -> Column:
+    total = F.lit(0)
+    for column in columns:
+        total = total + column.isNotNull().cast("int")
+    return total
+
+
+def _row_keys(row: Column) -> Column:
+    """Keys of a row object that came out non-null: row_id, values and each value."""
+    values = row["values"]
+    return F.coalesce(
+        _present([row["row_id"], values]) + _present(values[f.name] for f in VALUES),
+        F.lit(0),
+    )
+
+
+def _values_hold(values: Column) -> Column:
+    return F.coalesce(
+        values.isNotNull() & _all(holds(f, values[f.name]) for f in VALUES), F.lit(False)
+    )
+
+
+def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
+    """One row per row a plain record carries (a snapshot's rows, an upsert's row; one row
+    for a delete, an end, an empty snapshot) and one per other record, keyed by session.
+
+    Columns: session_id (UNKEYED when the value names no usable one), topic, partition,
+    offset, `pos` (the row's place in its snapshot), `plain`, then for plain records the
+    envelope (sensor_id, seq, kind, event_time in microseconds, op) and the row (row_id
+    and its values), and for the others `key` and `value`, the bytes to parse in Python.
+    """
+    bronze.sparkSession.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
+    # In stages, each column computed once: Spark would otherwise evaluate the parse and
+    # the rules again inside every expression that uses them.
+    text = F.col("value").cast("string")
+    read = bronze.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        text.alias("text"),
+        F.from_json(text, SCHEMA, {"allowNonNumericNumbers": "false"}).alias("m"),
+    )
+    m = F.col("m")
+    envelope = {f.name: m[f.name] for f in protocol.ENVELOPE}
+    envelope["event_time"] = _timestamp_micros(envelope["event_time"])
+    kind, op, row_id, row, rows = (m[c] for c in ("kind", "op", "row_id", "row", "rows"))
+    row_ids = F.transform(rows, lambda r: r["row_id"])
+    # A snapshot's rules take higher-order functions, which Spark evaluates without
+    # generated code: they get a projection of their own, so the others keep it.
+    scalar_keys = _present(m[f.name] for f in (*protocol.ENVELOPE, protocol.OP, protocol.ROW_ID))
+    row_keys = F.when(row.isNotNull(), 1 + _row_keys(row)).otherwise(0)
+    update_holds = holds(protocol.OP, op) & F.when(
+        op == "delete", holds(protocol.ROW_ID, row_id)
+    ).otherwise(holds(protocol.ROW_ID, row["row_id"]) & _values_hold(row["values"]))
+    sensor = F.when(
+        F.col("topic").startswith(topic_prefix),
+        F.substring(F.col("topic"), len(topic_prefix) + 1, 1 << 20),
+    )
+    text = F.col("text")
+    checked = read.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "text",
+        *(c.alias(name) for name, c in envelope.items()),
+        op.alias("op"),
+        row_id.alias("row_id"),
+        row.alias("row"),
+        rows.alias("rows"),
+        (
+            F.is_valid_utf8("value")
+            & _all(holds(f, envelope[f.name]) for f in protocol.ENVELOPE)
+            & (F.col("key").isNull() | (F.col("key") == F.encode(m["session_id"], "UTF-8")))
+            & (sensor.isNull() | (sensor == m["sensor_id"]))
+            & ((kind != "update") | update_holds)
+        ).alias("scalars_hold"),
+        F.call_udf(JSON_KEYS, "value", F.lit(",".join(_STRING_FIELDS))).alias("text_keys"),
+        (scalar_keys + row_keys).alias("typed_keys"),
+    )
+    kind, rows = F.col("kind"), F.col("rows")
+    row_ids = F.transform(rows, lambda r: r["row_id"])
+    snapshot_holds = F.forall(
+        rows, lambda r: holds(protocol.ROW_ID, r["row_id"]) & _values_hold(r["values"])
+    ) & (F.size(F.array_distinct(row_ids)) == F.size(row_ids))
+    snapshot_keys = 1 + F.aggregate(rows, F.lit(0), lambda n, r: n + _row_keys(r))
+    with_snapshots = checked.withColumn(
+        "snapshot_keys", F.when(rows.isNotNull(), snapshot_keys).otherwise(0)
+    ).withColumn("snapshot_holds", F.when(kind == "snapshot", snapshot_holds))
+    typed = with_snapshots.withColumn(
+        "plain",
+        F.coalesce(
+            F.col("scalars_hold")
+            & (F.col("text_keys") == F.col("typed_keys") + F.col("snapshot_keys"))
+            & ((kind != "snapshot") | F.col("snapshot_holds")),
+            F.lit(False),
+        ),
+    )
+    envelope = {f.name: F.col(f.name) for f in protocol.ENVELOPE}
+    kind, op, row_id, row, rows = (F.col(c) for c in ("kind", "op", "row_id", "row", "rows"))
+    plain = F.col("plain")
+    # A record that is not plain is grouped by the session id it names, if usable, as
+    # the protocol's parser will judge it under that session.
+    named = F.get_json_object(text, "$.session_id")
+    session_id = F.when(plain, envelope["session_id"]).otherwise(
+        F.coalesce(F.when(named.rlike(protocol.ID_PATTERN), named), F.lit(UNKEYED))
+    )
+    single = F.array(
+        F.struct(
+            F.when(op == "delete", row_id).otherwise(row["row_id"]).alias("row_id"),
+            row["values"].alias("values"),
+        )
+    )
+    items = F.when(plain & (kind == "snapshot"), rows).when(plain & (kind == "update"), single)
+    judged = typed.select(
+        session_id.alias("session_id"),
+        "topic",
+        "partition",
+        "offset",
+        plain.alias("plain"),
+        *(F.when(plain, c).alias(name) for name, c in envelope.items() if name != "session_id"),
+        F.when(plain, op).alias("op"),
+        items.alias("items"),
+        F.when(~plain, F.col("key")).alias("key"),
+        F.when(~plain, F.col("value")).alias("value"),
+    )
+    exploded = judged.select("*", F.posexplode_outer("items").alias("pos", "item")).drop("items")
+    value_columns = []
+    for f in VALUES:
+        value = F.col("item.values")[f.name]
+        if f.name in INTEGER_VALUES:
+            value_columns += [
+                F.coalesce(value, F.lit(0)).alias(f.name),
+                value.isNull().alias(f"{f.name}_null"),
+            ]
+        else:
+            value_columns.append(value.alias(f.name))
+    return exploded.select(
+        "session_id",
+        "topic",
+        "partition",
+        "offset",
+        F.coalesce("pos", F.lit(0)).alias("pos"),
+        "plain",
+        "sensor_id",
+        # never null for a plain record; 0 for the others, whose columns are unread
+        F.coalesce("seq", F.lit(0)).alias("seq"),
+        "kind",
+        F.coalesce("event_time", F.lit(0)).alias("event_time"),
+        "op",
+        F.col("item.row_id").alias("row_id"),
+        *value_columns,
+        "key",
+        "value",
+    )

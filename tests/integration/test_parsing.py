@@ -1,0 +1,115 @@
+"""Records read in the JVM read as the protocol's own parser reads them, or go to it.
+
+Every hostile record of the corpus, its good neighbours and the cases where Spark's
+`from_json` is lenient run through `silver.parsing` in Spark and through
+`parse_record` in Python: a record marked `plain` must be one Python accepts, with the
+same values to the bit."""
+
+# ruff: noqa: E501  (the cases are a table: one per line)
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from silver.parsing import INTEGER_VALUES, parse_records
+from silver.session_machine import Lineage, Record, parse_record
+from tests.integration.test_hostile_records import CASES, PREFIX, SENSOR, TOPIC, hostile_messages
+
+pytestmark = pytest.mark.integration
+
+GOOD = hostile_messages(999, CASES[-1])[0][1].decode()
+UPDATE = json.loads(hostile_messages(999, CASES[-1])[2][1])
+LENIENT_IN_SPARK = [
+    # what from_json reads without complaint and Python rejects (or reads otherwise)
+    json.dumps(UPDATE).replace('"temperature": 30.0', '"temperature": 30.0, "temperature": 1'),
+    json.dumps(UPDATE) + " {}",
+    json.dumps(UPDATE) + " x",
+    json.dumps(UPDATE).replace('"seq"', '"s\\u0065q"'),
+    json.dumps(UPDATE).replace('"seq": 2', '"seq" : 2'),
+    json.dumps(UPDATE).replace('"seq": 2', '"seq": 2.0'),
+    json.dumps(UPDATE).replace('"temperature": 30.0', '"temperature": -0.0'),
+    json.dumps(UPDATE).replace('"temperature": 30.0', '"temperature": 1e400'),
+    json.dumps(UPDATE).replace('"temperature": 30.0', '"temperature": "NaN"'),
+    json.dumps(UPDATE).replace('"counter": 1', '"counter": 1.0'),
+    json.dumps(UPDATE).replace('"status": "ok"', '"status": null'),
+    json.dumps(UPDATE).replace('"status": "ok"', '"status": "o\\u006b"'),
+    json.dumps(UPDATE).replace('"row_id": "r1"', '"row_id": ["r1"]'),
+    json.dumps({**UPDATE, "event_time": "2026-03-01T00:00:01.1234567Z"}),
+    json.dumps({**UPDATE, "event_time": "2026-02-30T00:00:01Z"}),
+    json.dumps({**UPDATE, "event_time": "2026-03-01T00:00:01+24:00"}),
+    json.dumps({**UPDATE, "event_time": "2026-03-01T00:00:01.5-03:30"}),
+    json.dumps({**UPDATE, "kind": "end"}),
+    json.dumps({**UPDATE, "op": "delete", "row_id": "r1"}),
+    json.dumps({**UPDATE, "kind": "snapshot", "rows": []}),
+    json.dumps({**UPDATE, "kind": "snapshot", "rows": [{"row_id": "a", "values": {}}, {}]}),
+    json.dumps({**UPDATE, "kind": "snapshot", "rows": [{"row_id": "a", "values": {"counter": 2**63 - 1}}]}),
+    " " + json.dumps(UPDATE) + "\n",
+    json.dumps(UPDATE, separators=(",", ":")),
+]  # fmt: skip
+
+
+def records() -> list[tuple[bytes | None, bytes]]:
+    found = [m for i, case in enumerate(CASES) for m in hostile_messages(i, case)]
+    key = UPDATE["session_id"].encode()
+    return found + [(key, text.encode()) for text in LENIENT_IN_SPARK]
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal to the bit: -0.0 is not 0.0."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.copysign(1, a) == math.copysign(1, b) and a == b
+    return type(a) is type(b) and a == b
+
+
+def test_a_plain_record_reads_in_the_jvm_as_the_protocols_parser_reads_it(
+    spark: SparkSession,
+) -> None:
+    sent = records()
+    bronze = spark.createDataFrame(
+        [(TOPIC, 0, offset, key, value) for offset, (key, value) in enumerate(sent)],
+        "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY",
+    )
+    rows_of: dict[int, list[Any]] = defaultdict(list)
+    for row in parse_records(bronze, PREFIX).collect():
+        rows_of[row.offset].append(row)
+
+    plain = 0
+    for offset, (key, value) in enumerate(sent):
+        rows = sorted(rows_of[offset], key=lambda r: r.pos)
+        first = rows[0]
+        python = parse_record(first.session_id, value, Lineage(TOPIC, 0, offset), key, SENSOR)
+        if not first.plain:
+            assert first.value == value, "a record Python parses must keep its bytes"
+            continue
+        plain += 1
+        assert python.problem is None, (value, python.detail)
+        assert_same_record(python, rows)
+    assert plain >= 3 * len(CASES) - 2 * 20, "most records of the corpus read in the JVM"
+
+
+def assert_same_record(python: Record, rows: list[Any]) -> None:
+    first = rows[0]
+    for name in ("sensor_id", "seq", "kind", "event_time"):
+        assert same(getattr(first, name), getattr(python, name)), name
+    if python.kind == "snapshot":
+        assert python.rows is not None
+        assert [r.row_id for r in rows if r.row_id is not None] == list(python.rows)
+        for row in rows:
+            if row.row_id is not None:
+                assert_same_values(row, python.rows[row.row_id])
+    elif python.kind == "update":
+        assert (first.op, first.row_id) == (python.op, python.row_id)
+        if python.op == "upsert":
+            assert python.values is not None
+            assert_same_values(first, python.values)
+
+
+def assert_same_values(row: Any, values: dict[str, Any]) -> None:
+    for name, expected in values.items():
+        found = None if name in INTEGER_VALUES and row[f"{name}_null"] else row[name]
+        assert same(found, expected), (name, found, expected)

@@ -1,0 +1,214 @@
+"""A session's rows of a micro-batch -> outputs: the in-order fast path against the state
+machine, and the output frame. No Spark: rows are made as `silver.parsing` makes them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from silver import session_batch
+from silver.parsing import INTEGER_VALUES, VALUES
+from silver.session_machine import (
+    IntegrityError,
+    Mode,
+    Policy,
+    Record,
+    SessionMachine,
+    SessionState,
+)
+from tests.silver.test_session_machine import delete, end, raw, rec, snapshot, upsert, vals
+
+STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
+COLUMNS = [
+    *("session_id", "topic", "partition", "offset", "pos", "plain", "sensor_id", "seq", "kind"),
+    *("event_time", "op", "row_id", *(f.name for f in VALUES)),
+    *(f"{name}_null" for name in INTEGER_VALUES),
+    *("key", "value"),
+]
+
+
+def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
+    """The rows `silver.parsing` makes of these records: typed where `plain` (and the
+    protocol accepts them), raw bytes otherwise."""
+    rows = []
+    for record in records:
+        lineage = {"session_id": record.session_id, **record.lineage.columns(), "pos": 0}
+        if not plain or record.problem:
+            rows.append({**lineage, "plain": False, "key": None, "value": record.raw})
+            continue
+        typed = {
+            **lineage,
+            "plain": True,
+            "sensor_id": record.sensor_id,
+            "seq": record.seq,
+            "kind": record.kind,
+            "event_time": record.event_time,
+            "op": record.op,
+        }
+        items = list((record.rows or {}).items()) if record.kind == "snapshot" else []
+        if record.kind == "update":
+            items = [(record.row_id, record.values)]
+        for pos, (row_id, values) in enumerate(items or [(None, None)]):
+            row = {**typed, "pos": pos, "row_id": row_id}
+            for f in VALUES:
+                value = (values or {}).get(f.name)
+                if f.name in INTEGER_VALUES:
+                    row[f.name], row[f"{f.name}_null"] = value or 0, value is None
+                else:
+                    row[f.name] = value
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=COLUMNS).fillna({"seq": 0, "event_time": 0})
+    for name in INTEGER_VALUES:
+        frame = frame.fillna({name: 0, f"{name}_null": True})
+    return frame.astype(
+        {"seq": "int64", "event_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")}
+    ).sort_values(["partition", "offset", "pos"], ignore_index=True)
+
+
+def processed(*args: Any) -> pd.DataFrame:
+    """`session_batch.process`'s frames as one."""
+    return pd.concat(session_batch.process(*args), ignore_index=True)
+
+
+def outputs(frame: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """The frame's rows in a stable order, bytes aside (plain records carry none)."""
+    frame = frame.drop(columns=["raw_value"]).astype(object).where(frame.notna(), None)
+    return sorted(map(tuple, frame.itertuples(index=False)), key=repr)
+
+
+def test_an_in_order_batch_changes_the_rows_it_carries_column_wise() -> None:
+    state = SessionState("s1")
+    records = [snapshot(0, r1=1, r2=2), upsert(1, "r3", 3), upsert(2, "r1", 4), delete(3, "r2")]
+    frame = processed(STRICT, state, rows_of(records), "a")
+
+    changes = frame[frame["output"] == "silver.row_changes"]
+    assert list(zip(changes["row_id"], changes["op"], strict=True)) == [
+        ("r1", "snapshot"), ("r2", "snapshot"), ("r3", "insert"), ("r1", "update"),
+        ("r2", "delete"),
+    ]  # fmt: skip
+    assert changes["latest"].tolist() == [False, False, True, True, True]
+    assert changes["temperature"].tolist()[:4] == [1, 2, 3, 4] and changes["counter"].isna().iloc[4]
+    assert state.row_ids == {"r1", "r3"} and state.last_seq == 3 and state.updates == 3
+
+
+def test_the_first_record_out_of_sequence_hands_the_rest_to_the_state_machine() -> None:
+    state = SessionState("s1")
+    records = [snapshot(0, r1=1), upsert(1, "r1", 2), upsert(3, "r1", 9), snapshot(4, r1=5)]
+    frame = processed(STRICT, state, rows_of(records), "a")
+
+    rejected = frame[frame["output"] == "silver.violations"]
+    assert rejected["reason"].tolist() == ["gap"] and rejected["raw_value"].isna().all()
+    assert state.status == "open" and state.last_seq == 4 and state.rejected == 1
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[Record]:
+    """A session's records: mostly in order, with gaps, repeats, bad bytes and ends."""
+    records, seq, live = [], 0, set()
+    for _ in range(draw(st.integers(1, 25))):
+        step = draw(st.sampled_from(["upsert"] * 6 + ["delete", "snapshot", "gap", "bad", "end"]))
+        row = draw(st.sampled_from(["r1", "r2", "r3"]))
+        if step == "snapshot":
+            picked = draw(st.sets(st.sampled_from(["r1", "r2", "r3", "r4"])))
+            records.append(snapshot(seq, **{r: float(seq) for r in sorted(picked)}))
+            live = set(picked)
+        elif step == "upsert":
+            records.append(upsert(seq, row, float(seq)))
+            live.add(row)
+        elif step == "delete":
+            records.append(delete(seq, row))
+            live.discard(row)
+        elif step == "gap":
+            seq += draw(st.integers(-2, 3))
+            records.append(upsert(max(seq, 0), row, float(seq)))
+        elif step == "bad":
+            records.append(rec(raw(seq)[:20]))
+        else:
+            records.append(end(seq))
+        seq += 1
+    return records
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=sessions(),
+    mode=st.sampled_from([Mode.STRICT, Mode.ORDERED, Mode.WINDOW, Mode.ONCE]),
+    cut=st.integers(0, 25),
+)
+def test_the_fast_path_gives_what_the_state_machine_gives_record_by_record(
+    records: list[Record], mode: Mode, cut: int
+) -> None:
+    machine = SessionMachine(mode, Policy.QUARANTINE, window=3)
+    fast, slow = SessionState("s1"), SessionState("s1")
+    for part in (records[:cut], records[cut:]):
+        if not part:
+            continue
+        typed = processed(machine, fast, rows_of(part), "a")
+        parsed = processed(machine, slow, rows_of(part, plain=False), "a")
+        assert outputs(typed) == outputs(parsed)
+        fast, slow = (SessionState.from_json(s.to_json()) for s in (fast, slow))
+    # a record read in the JVM waits in the window without its bytes (bronze has them)
+    unread = {seq: replace(r, raw=None) for seq, r in slow.pending.items()}
+    assert fast == replace(slow, pending=unread)
+
+
+def test_the_output_frame_keeps_integers_at_the_edges_of_bigint_exactly() -> None:
+    values = {**vals(1.0), "counter": 2**63 - 1}
+    rows = [{"row_id": "r1", "values": values}, {"row_id": "r2", "values": {"counter": None}}]
+    first = rec(raw(0, "snapshot", rows=rows))
+    for plain in (True, False):
+        state = SessionState("s1")
+        frame = processed(STRICT, state, rows_of([first, upsert(2**63 - 2)], plain), "a")
+
+        assert str(frame["counter"].dtype) == "Int64" and str(frame["found_seq"].dtype) == "Int64"
+        assert frame["counter"].iloc[0] == 2**63 - 1 and frame["counter"].isna().iloc[1]
+        assert frame["found_seq"].tolist()[2] == 2**63 - 2
+
+
+def test_ordinal_numbers_the_rows_each_record_produced_however_records_are_batched() -> None:
+    records = [snapshot(0, r1=1, r2=2, r3=3), upsert(1, "r2", 5), snapshot(2, r1=1, r4=4)]
+
+    def changes(frame):  # type: ignore[no-untyped-def]
+        rows = frame[frame["output"] == "silver.row_changes"]
+        return list(zip(rows["offset"], rows["row_id"], rows["op"], rows["ordinal"], strict=True))
+
+    whole = processed(STRICT, SessionState("s1"), rows_of(records), "a")
+    state = SessionState("s1")
+    split = [
+        processed(STRICT, state, rows_of(records[:2]), "a"),
+        processed(STRICT, state, rows_of(records[2:], plain=False), "a"),
+    ]
+    assert changes(whole) == changes(split[0]) + changes(split[1])
+    assert [ordinal for *_, ordinal in changes(whole)] == [0, 1, 2, 0, 0, 1, 2, 3]
+
+
+class EmitsAnUntypedValue(SessionMachine):
+    """A machine with a bug past its per-record guard: a value its table cannot hold."""
+
+    def process(self, state: SessionState, records):  # type: ignore[no-untyped-def]
+        out = super().process(state, records)
+        out.changes.append(replace(out.changes[0], values={"counter": "many"}))
+        return out
+
+
+def test_an_error_typing_a_sessions_output_makes_its_records_internal_violations() -> None:
+    records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
+    rows = rows_of(records, plain=False)
+    frames, keep = session_batch.judge(EmitsAnUntypedValue(), SessionState("s1"), rows, "a")
+    frame = pd.concat(frames)
+
+    assert not keep
+    assert frame["reason"].tolist() == ["internal", "internal"]
+    assert frame["offset"].tolist() == [r.lineage.offset for r in records]
+    assert "handling the session's batch failed" in frame["detail"][0]
+
+
+def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
+    rows = rows_of([snapshot(0, r1=1)], plain=False)
+    with pytest.raises(IntegrityError, match="session s1: handling the session's batch failed"):
+        session_batch.judge(EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), rows, "a")
