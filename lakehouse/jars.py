@@ -82,14 +82,17 @@ SQL_EXTENSION_CLASS = "lakehouse.sql.ReadOnlyExtension"
 
 
 def sql_extension() -> Path:
-    """The jar of the read-only guard for `lakehouse sql` and the SQL server."""
+    """The jar of the project's own JVM classes (`jvm/src`): the read-only guard of `lakehouse
+    sql` and the SQL server, and silver's `JsonKeys`."""
     if not SQL_EXTENSION_JAR.exists():
         raise LakehouseError(f"{SQL_EXTENSION_JAR} is missing; run `make setup`")
     return SQL_EXTENSION_JAR
 
 
 def build_sql_extension(force: bool = False) -> Path:
-    """Compile `jvm/src` against the Spark that pyspark ships: no download, no Maven build."""
+    """Compile `jvm/src` (the read-only SQL guard, silver's `JsonKeys`) against the Spark that
+    pyspark ships: no download, no Maven build. Every Spark session puts the jar on its
+    classpath."""
     import pyspark
 
     sources = sorted(SQL_EXTENSION_SOURCES.rglob("*.java"))
@@ -99,7 +102,7 @@ def build_sql_extension(force: bool = False) -> Path:
     stamp = SQL_EXTENSION_JAR.with_suffix(".sha256")
     if not force and SQL_EXTENSION_JAR.exists() and stamp.exists() and stamp.read_text() == digest:
         return SQL_EXTENSION_JAR
-    echo(f"compiling {SQL_EXTENSION_CLASS} into {SQL_EXTENSION_JAR} ...")
+    echo(f"compiling jvm/src (the SQL guard, silver's JSON key count) into {SQL_EXTENSION_JAR} ...")
     classes = SQL_EXTENSION_JAR.parent / "classes"
     shutil.rmtree(classes, ignore_errors=True)
     classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
