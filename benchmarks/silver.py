@@ -152,6 +152,19 @@ def bronze_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
+def time_to_noop(frame: DataFrame, checkpoint: Path) -> float:
+    """Seconds for a stream to run what its source holds now into `noop`."""
+    started = time.perf_counter()
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
 def time_parse_noop(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
     parsed = bronze_stream(spark, settings).select(
         F.from_json(F.col("value").cast("string"), PROTOCOL).alias("m"),
@@ -159,15 +172,7 @@ def time_parse_noop(spark: SparkSession, settings: Settings, checkpoint: Path) -
         "partition",
         "offset",
     )
-    started = time.perf_counter()
-    query = (
-        parsed.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return time.perf_counter() - started
+    return time_to_noop(parsed, checkpoint)
 
 
 def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
@@ -190,15 +195,7 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
         "append",
         GroupStateTimeout.NoTimeout,
     )
-    started = time.perf_counter()
-    query = (
-        counted.writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return time.perf_counter() - started
+    return time_to_noop(counted, checkpoint)
 
 
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
@@ -266,19 +263,11 @@ def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) 
     }
     print("\nstate API probe (a session's live row ids in state, noop sink):")
     for name, frame in variants.items():
-        started = time.perf_counter()
         try:
-            (
-                frame.writeStream.format("noop")
-                .option("checkpointLocation", str(root / name))
-                .trigger(availableNow=True)
-                .start()
-                .awaitTermination()
-            )
+            seconds = time_to_noop(frame, root / name)
         except Exception as error:  # report, do not hide, an API that fails here
             print(f"  {name:<28} failed: {str(error).splitlines()[0][:160]}")
             continue
-        seconds = time.perf_counter() - started
         print(f"  {name:<28} {total / seconds:>10,.0f} records/s ({seconds:.1f}s)", flush=True)
 
 

@@ -32,12 +32,8 @@ from silver.protocol import Field, FieldType
 UNKEYED = ""
 """The group of records no session can claim (no usable session_id): rejected, no state."""
 
-_SQL_TYPES = {
-    FieldType.STRING: "STRING",
-    FieldType.TIMESTAMP: "STRING",
-    FieldType.INTEGER: "BIGINT",
-    FieldType.NUMBER: "DOUBLE",
-}
+_SQL_TYPES = {**protocol.SPARK_TYPES, FieldType.TIMESTAMP: "STRING"}
+"""As the tables type them, but times as their text: read by the protocol's format."""
 VALUES = protocol.VALUE_FIELDS
 _VALUES_TYPE = ", ".join(f"{f.name}: {_SQL_TYPES[f.type]}" for f in VALUES)
 _ROW_TYPE = f"STRUCT<row_id: STRING, values: STRUCT<{_VALUES_TYPE}>>"
