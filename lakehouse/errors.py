@@ -63,14 +63,19 @@ _WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_F
 
 def _storage_unreachable(text: str) -> str | None:
     """S3A's words for an object store that does not answer: what it tried, on which path."""
-    call = re.search(r"(\w+(?:\(\))? on s3a://[^:\s]+): [\w.]*SdkClientException", text)
+    # `listObjects() on s3a://bucket/key`, or a call on a bare key: `copyFile(a, b) on key`
+    call = re.search(
+        r"java\.net\.\w+Exception: (\w+)(?:\([^)]*\))? on ((?:s3a://)?[^:\s]+): ", text
+    )
     if call is None or "Unable to execute HTTP request" not in text:
         return None  # e.g. no credentials: the general rules name it
     address = re.search(r"Connect to (\S+)", text)
     reason = re.findall(r"Caused by: java\.net\.\w+Exception: ([^\n]+)", text)
     where = f" at {address[1]}" if address else ""
     why = f" ({reason[-1].strip()})" if reason else ""
-    return f"object storage{where} did not answer {call[1]}{why}: is the S3 server up?"
+    return (
+        f"object storage{where} did not answer {call[1]}() on {call[2]}{why}: is the S3 server up?"
+    )
 
 
 def _own_error(text: str) -> str | None:

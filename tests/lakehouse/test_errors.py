@@ -32,6 +32,22 @@ def test_an_object_store_that_does_not_answer_is_named_with_the_call_and_path() 
     )
 
 
+def test_a_store_gone_while_a_checkpoint_is_copied_is_named_as_well() -> None:
+    # S3A names a copy by its keys, without the scheme, and the SDK's words come later.
+    copy = STREAM_FAILED + (
+        "java.net.ConnectException: copyFile(lake/_checkpoints/bronze/offsets/.2.tmp, "
+        "lake/_checkpoints/bronze/offsets/2) on lake/_checkpoints/bronze/offsets/.2.tmp: s\n"
+        "\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException(S3AUtils.java:211)\n"
+        "Caused by: software.amazon.awssdk.core.exception.SdkClientException: Unable to execute "
+        "HTTP request: Connect to 127.0.0.1:38741 [/127.0.0.1] failed: Connection refused\n"
+        "Caused by: java.net.ConnectException: Connection refused\n"
+    )
+    assert explain(copy) == (
+        "object storage at 127.0.0.1:38741 did not answer copyFile() on "
+        "lake/_checkpoints/bronze/offsets/.2.tmp (Connection refused): is the S3 server up?"
+    )
+
+
 def test_a_kafka_timeout_names_the_broker_and_an_sdk_stage_called_timeout_does_not() -> None:
     kafka = STREAM_FAILED + (
         "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
