@@ -39,7 +39,11 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
     for record in records:
         lineage = {"session_id": record.session_id, **record.lineage.columns(), "pos": 0}
         if not plain or record.problem:
-            rows.append({**lineage, "plain": False, "key": None, "value": record.raw})
+            # as the JVM leaves them: envelope and integers 0, the bytes kept
+            unread = {"seq": 0, "event_time": 0, "key": None, "value": record.raw}
+            for name in INTEGER_VALUES:
+                unread[name], unread[f"{name}_null"] = 0, True
+            rows.append({**lineage, "plain": False, **unread})
             continue
         typed = {
             **lineage,
@@ -62,12 +66,11 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
                 else:
                     row[f.name] = value
             rows.append(row)
-    frame = pd.DataFrame(rows, columns=COLUMNS).fillna({"seq": 0, "event_time": 0})
-    for name in INTEGER_VALUES:
-        frame = frame.fillna({name: 0, f"{name}_null": True})
-    return frame.astype(
-        {"seq": "int64", "event_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")}
-    ).sort_values(["partition", "offset", "pos"], ignore_index=True)
+    return (
+        pd.DataFrame(rows, columns=COLUMNS)
+        .astype({"seq": "int64", "event_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")})
+        .sort_values(["partition", "offset", "pos"], ignore_index=True)
+    )
 
 
 def processed(*args: Any) -> pd.DataFrame:
