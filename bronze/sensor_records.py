@@ -110,16 +110,7 @@ def run(
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
-            records = to_sensor_records(batch, txn.version)
-            if settings.quality.validate_streams:
-                records.persist()  # validation scans the batch once per metric: read Kafka once
-            try:
-                gate = gate_for(txn)
-                admitted = gate.admit(records, NAME)
-                gate.commit()
-                delta.append(admitted, path, txn)
-            finally:
-                records.unpersist()
+            gate_for(txn).append(to_sensor_records(batch, txn.version), NAME, path)
             after_batch(txn.version, held)
 
         source = read_kafka(

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, Literal
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import catalog, delta
@@ -244,7 +245,8 @@ def stream_gates(
     if not settings.validate_streams:
         return lambda txn: BatchGate(None, storage, layer, txn, "")
     create_tables(spark, storage, layer, [layer])
-    validator = Validator(load_suites(settings.suites_dir, layer))
+    streamed = [s.in_stream() for s in load_suites(settings.suites_dir, layer)]
+    validator = Validator([s for s in streamed if s.checks])
     run_id = new_run_id()
     return lambda txn: BatchGate(validator, storage, layer, txn, run_id)
 
@@ -313,6 +315,73 @@ class BatchGate:
             final.append(replace(outcome, quarantined=rows))
         self.outcomes[table] = final
         return kept
+
+    def append(self, frame: DataFrame, table: str, location: str) -> None:
+        """Validate `frame`, append the rows it admits to the Delta table at `location`,
+        and record results and quarantined rows, all under the batch's transaction.
+
+        Where every expectation judges single rows (`row_condition`), the batch is judged
+        in the pass that writes it: one read of the source, no cache. A `fail` row stops
+        that pass before Delta commits; the batch is then judged again by Great
+        Expectations, which names what failed and where. Otherwise Great Expectations
+        judges a cached batch first (`admit`).
+        """
+        suite = self.validator.suites.get(table) if self.validator else None
+        if suite is None:
+            delta.append(frame, location, self.txn)
+            return
+        conditions = [(c, row_condition(c)) for c in suite.checks]
+        if any(condition is None for _, condition in conditions):
+            self._append_admitted(frame, table, location)
+            return
+        self.spark = frame.sparkSession
+        judged = [(c, F.coalesce(u, F.lit(False))) for c, u in conditions if u is not None]
+        observation = Observation()
+        metrics = [F.count(F.lit(1)).alias(_ROWS)]
+        metrics += [F.count_if(u).alias(c.name) for c, u in judged]
+        keep = ~_any(u for c, u in judged if c.severity == "quarantine")
+        if fails := [u for c, u in judged if c.severity == "fail"]:
+            keep = F.when(_any(fails), F.raise_error(F.lit(_FAIL_ROW))).otherwise(keep)
+        try:
+            delta.append(frame.observe(observation, *metrics).where(keep), location, self.txn)
+        except Exception as error:
+            if _FAIL_ROW not in str(error):
+                raise
+            # Great Expectations judges the batch again: its QualityError names the row.
+            self._append_admitted(frame, table, location)
+            return
+        # Delta skips the write of a batch it already holds (a replay after a crash), and
+        # then nothing was observed: count again, for results that are still missing.
+        counts = _observed(observation) or frame.agg(*metrics).collect()[0].asDict()
+        self.outcomes[table] = []
+        for check, condition in judged:
+            found = counts[check.name]
+            quarantined = None
+            if found and check.severity == "quarantine":
+                offending = frame.where(condition)
+                self.quarantined.append(_quarantine_rows(offending, table, check, self.txn))
+                quarantined = found
+            query = check.type == "unexpected_rows_expectation"
+            self.outcomes[table].append(
+                Outcome(
+                    check,
+                    success=found == 0,
+                    observed_value=str(found) if query else None,
+                    unexpected_count=found,
+                    element_count=counts[_ROWS],
+                    quarantined=quarantined,
+                )
+            )
+        self.commit()
+
+    def _append_admitted(self, frame: DataFrame, table: str, location: str) -> None:
+        frame.persist()  # Great Expectations scans the batch once per metric: read it once
+        try:
+            admitted = self.admit(frame, table)
+            self.commit()
+            delta.append(admitted, location, self.txn)
+        finally:
+            frame.unpersist()
 
     def commit(self) -> None:
         """Record results and quarantined rows; raise if a `fail` expectation failed.
@@ -396,6 +465,52 @@ def first_offending(frame: DataFrame, check: Check) -> str | None:
     return None if first is None else f"{first.topic}/{first.partition}@{first.offset}"
 
 
+_ROWS = "lakehouse_rows"
+_FAIL_ROW = "lakehouse: a row failed a fail expectation"
+_QUERY_OF_ROWS = re.compile(
+    r"\s*SELECT\s+.+?\s+FROM\s+\{batch\}\s+WHERE\s+(?P<condition>.+?)[\s;]*", re.I | re.S
+)
+_NOT_ONE_ROW = re.compile(
+    r"\b(SELECT|FROM|JOIN|GROUP|HAVING|OVER|WINDOW|LIMIT|UNION|ORDER|LAG|LEAD)\b", re.I
+)
+_ROW_KWARGS = {
+    "expect_column_values_to_not_be_null": {"column"},
+    "expect_column_values_to_be_in_set": {"column", "value_set"},
+    "expect_column_values_to_be_between": {"column", "min_value", "max_value"},
+    "unexpected_rows_expectation": {"unexpected_rows_query"},
+}
+
+
+def row_condition(check: Check) -> Column | None:
+    """When one row is unexpected to `check`, where `check` judges each row on its own by
+    a condition this module can state exactly as Great Expectations does; None otherwise
+    (e.g. uniqueness, `mostly`, or a query with a window), which GX then evaluates.
+
+    A query is row by row when it reads `SELECT ... FROM {batch} WHERE <condition>` with
+    no subquery, join, grouping or window: its unexpected rows are those the condition
+    holds for.
+    """
+    if not set(check.kwargs) <= _ROW_KWARGS.get(check.type, set()):
+        return None
+    if check.type != "unexpected_rows_expectation":
+        return _unexpected(check)
+    query = _QUERY_OF_ROWS.fullmatch(check.kwargs["unexpected_rows_query"])
+    if query is None or _NOT_ONE_ROW.search(query["condition"]):
+        return None
+    return F.expr(query["condition"])
+
+
+def _observed(observation: Observation) -> dict[str, Any] | None:
+    """What `observation` saw, or None where its frame never ran. PySpark's `get` would wait
+    for ever; the JVM's own answer waits at most 100 ms."""
+    seen = observation._jo.getRowOrEmpty() if observation._jo is not None else None
+    return observation.get if seen is not None and seen.isDefined() else None
+
+
+def _any(conditions: Iterable[Column]) -> Column:
+    return reduce(Column.__or__, conditions, F.lit(False))
+
+
 def without_rows(frame: DataFrame, rows: DataFrame, row_key: Sequence[str]) -> DataFrame:
     """`frame` less `rows`, matched by `row_key`, in `frame`'s column order."""
     keys = rows.select(*row_key).distinct()
@@ -411,7 +526,7 @@ def _unexpected(check: Check) -> Column:
     low, high = check.kwargs.get("min_value"), check.kwargs.get("max_value")
     outside = [column < low] if low is not None else []
     outside += [column > high] if high is not None else []
-    return reduce(Column.__or__, outside, F.lit(False))
+    return _any(outside)
 
 
 def _quarantine_rows(offending: DataFrame, table: str, check: Check, txn: Txn) -> DataFrame:

@@ -15,6 +15,10 @@ plus a name and a severity:
   only expectations that judge single rows can quarantine (QUARANTINABLE).
 - `warn`: recorded only.
 
+An entry with `"in_stream": false` is left to `lakehouse check`: an expectation over the
+whole batch (uniqueness shuffles it) costs a stream more than its writes, and over the
+whole table it also sees what no single batch can, e.g. a record repeated across batches.
+
 Great Expectations 1.x logs and drops a suite entry it cannot build when it reads a suite
 from its store; here every entry is built on its own and any problem is a `SuiteError`
 naming the file and the entry.
@@ -23,7 +27,7 @@ naming the file and the entry.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -46,7 +50,7 @@ QUARANTINABLE = frozenset(
 """Types whose unexpected rows can be told apart: a column condition, or a query's rows."""
 
 _SUITE_KEYS = {"table", "description", "row_key", "time_column", "expectations"}
-_ENTRY_KEYS = {"name", "severity", "type", "kwargs", "description"}
+_ENTRY_KEYS = {"name", "severity", "type", "kwargs", "description", "in_stream"}
 
 
 class SuiteError(LakehouseError):
@@ -62,6 +66,8 @@ class Check:
     type: str
     kwargs: dict[str, Any]
     description: str
+    in_stream: bool = True
+    """Validated in each micro-batch of the stream; always by `lakehouse check`."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,10 @@ class Suite:
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
+
+    def in_stream(self) -> Suite:
+        """The suite a stream validates each micro-batch with."""
+        return replace(self, checks=tuple(c for c in self.checks if c.in_stream))
 
     def to_gx(self) -> Any:
         """The Great Expectations suite, named after the table."""
@@ -162,8 +172,16 @@ def _load_check(path: Path, index: int, entry: Any) -> Check:
             f"{where}: {entry['type']} judges the whole batch, not single rows, so it cannot "
             f"quarantine; use fail or warn (quarantinable: {', '.join(sorted(QUARANTINABLE))})"
         )
+    in_stream = entry.get("in_stream", True)
+    if not isinstance(in_stream, bool):
+        raise SuiteError(f"{where}: `in_stream` must be true or false")
     return Check(
-        entry["name"], severity, entry["type"], entry["kwargs"], str(entry.get("description", ""))
+        entry["name"],
+        severity,
+        entry["type"],
+        entry["kwargs"],
+        str(entry.get("description", "")),
+        in_stream,
     )
 
 

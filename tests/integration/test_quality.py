@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT
+from lakehouse import PROJECT_ROOT, delta
 from lakehouse.delta import Txn
 from lakehouse.quality import gates
 from lakehouse.quality.gates import BatchGate, QualityError, Validator
@@ -289,3 +290,98 @@ def test_a_replayed_batch_records_its_results_and_quarantine_once(
     assert results is not None
     assert results.count() == len(validator.suites[table].checks)
     assert spark.read.format("delta").load(storage.table_uri("bronze.quarantine")).count() == 1
+
+
+WHOLE_BATCH = {"record_unique", "change_unique", "seq_contiguous", "row_unique", "session_unique"}
+"""The shipped expectations that judge a batch, not single rows: uniqueness, and a window."""
+ROW_BY_ROW = [case for case in BAD_FRAMES if case[1] not in WHOLE_BATCH]
+
+
+def test_only_expectations_that_judge_single_rows_are_judged_outside_great_expectations(
+    validator: Validator,
+) -> None:
+    whole_batch = {
+        check.name
+        for suite in validator.suites.values()
+        for check in suite.checks
+        if gates.row_condition(check) is None
+    }
+
+    assert whole_batch == WHOLE_BATCH
+
+
+@pytest.mark.parametrize(("table", "expectation", "severity", "mutate"), ROW_BY_ROW)
+def test_a_row_condition_finds_the_rows_great_expectations_finds(
+    spark: SparkSession,
+    validator: Validator,
+    table: str,
+    expectation: str,
+    severity: str,
+    mutate: Callable[[list[dict[str, Any]]], None],
+) -> None:
+    rows = good_rows(table)
+    mutate(rows)
+    batch = frame(spark, table, rows)
+    condition = gates.row_condition(validator.suites[table].check(expectation))
+    assert condition is not None
+
+    (judged,) = validator.validate(batch, table, "SUMMARY", [expectation])
+
+    assert batch.where(F.coalesce(condition, F.lit(False))).count() == judged.unexpected_count == 1
+
+
+def test_a_batch_judged_in_its_write_keeps_good_rows_and_records_once_what_it_found(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "bronze.sensor_records"
+    gates.create_tables(spark, storage, "bronze", ["bronze"])
+    location = storage.table_uri(table)
+    delta.create(spark, sensor_records.TABLE, location)
+    suite = load_suites(PROJECT_ROOT / "expectations", table)[0].in_stream()
+    streamed = Validator([suite])
+    rows = good_rows(table)
+    for mutate in (change(0, kafka_timestamp=NOW + timedelta(days=2)), change(2, key=None),
+                   change(3, value=b"x" * (256 * 1024 + 1))):  # fmt: skip
+        mutate(rows)
+    batch = frame(spark, table, rows)
+
+    for _ in range(2):  # the same micro-batch again, as after a crash before its offsets commit
+        gate(streamed, storage, table, 5).append(batch, table, location)
+
+    written = spark.read.format("delta").load(location)
+    assert sorted(r.offset for r in written.collect()) == [100, 101]
+    quarantine = spark.read.format("delta").load(storage.table_uri("bronze.quarantine"))
+    assert sorted((r.expectation, r.offset) for r in quarantine.collect()) == [
+        ("key_present", 102),
+        ("value_within_size_bound", 103),
+    ]
+    results = gates.read_results(spark, storage)
+    assert results is not None
+    found = {r.expectation: (r.success, r.unexpected_count, r.element_count, r.quarantined)
+             for r in results.collect()}  # fmt: skip
+    assert found == {
+        "lineage_present": (True, 0, 4, None),
+        "key_present": (False, 1, 4, 1),
+        "value_present": (True, 0, 4, None),
+        "value_within_size_bound": (False, 1, 4, 1),
+        "timestamps_sane": (False, 1, 4, None),
+    }
+    assert "record_unique" not in {c.name for c in suite.checks}  # left to `lakehouse check`
+
+
+def test_a_fail_row_found_in_the_write_stops_the_batch_before_delta_commits(
+    spark: SparkSession, validator: Validator, tmp_path: Path
+) -> None:
+    storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "silver.violations"
+    gates.create_tables(spark, storage, "silver", ["silver"])
+    location = storage.table_uri(table)
+    delta.create(spark, violations.TABLE, location)
+    rows = good_rows(table)
+    change(1, reason="bad_luck")(rows)
+
+    with pytest.raises(QualityError) as error:
+        gate(validator, storage, table, 0).append(frame(spark, table, rows), table, location)
+
+    assert "expectation reason_known (fail) failed: unexpected 1" in str(error.value)
+    assert "first at sensors.s1/0@101;" in str(error.value)
+    assert spark.read.format("delta").load(location).count() == 0

@@ -68,6 +68,7 @@ def test_a_suite_entry_with_a_wrongly_typed_argument_is_an_error_naming_file_and
         ({**GOOD_ENTRY, "name": "b", "kwargs": {"column": "k", "colour": 1}}, "colour"),
         ({**GOOD_ENTRY, "sevrity": "warn"}, "unknown keys ['sevrity']"),
         ({k: v for k, v in GOOD_ENTRY.items() if k != "name"}, "`name` must be a str"),
+        ({**GOOD_ENTRY, "in_stream": "no"}, "`in_stream` must be true or false"),
         (
             {
                 **GOOD_ENTRY,
@@ -87,6 +88,14 @@ def test_a_bad_entry_is_refused_with_its_number_and_reason(
         load_suite(path)
 
     assert message in str(error.value)
+
+
+def test_a_stream_validates_only_the_entries_not_left_to_check(tmp_path: Path) -> None:
+    batch_only = {**GOOD_ENTRY, "name": "value_present", "in_stream": False}
+    suite = load_suite(write_suite(tmp_path, [GOOD_ENTRY, batch_only]))
+
+    assert [c.name for c in suite.checks] == ["key_present", "value_present"]
+    assert [c.name for c in suite.in_stream().checks] == ["key_present"]
 
 
 def test_repeated_names_and_a_suite_for_another_table_are_refused(tmp_path: Path) -> None:
