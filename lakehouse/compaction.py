@@ -205,12 +205,13 @@ def reader_lags(
     """table -> the lag of each of `readers` that reads it."""
     positions: dict[str, list[tuple[str, int]]] = defaultdict(list)
     runs_exist = catalog.is_delta(spark, settings.storage.table_uri(incremental.RUNS.name))
+    models_read = incremental.last_versions(spark, settings.storage) if runs_exist else {}
     for reader in readers:
         if reader.checkpoint is not None:
             checkpoint = settings.storage.checkpoint_uri(reader.checkpoint)
             position = stream_next_version(spark, checkpoint)
-        elif reader.model is not None and runs_exist:
-            last = incremental.last_versions(spark, settings.storage, reader.model) or {}
+        elif reader.model is not None:
+            last = models_read.get(reader.model, {})
             position = last[reader.table][0] + 1 if reader.table in last else None
         else:
             position = None

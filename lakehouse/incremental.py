@@ -123,6 +123,7 @@ class Source:
     location: str
     version: int
     table_id: str
+    size_bytes: int
 
 
 @dataclass
@@ -187,15 +188,20 @@ def run_models(
     storage: StorageSettings,
     models: Sequence[Model],
     full_refresh: bool = False,
+    full_below_bytes: int = 0,
     echo: Callable[[str], None] = echo,
 ) -> list[ModelRun]:
-    """Run `models` (already in dependency order), each incrementally unless it cannot be."""
+    """Run `models` (already in dependency order), each incrementally unless it cannot be
+    or its inputs are smaller than `full_below_bytes`, where a full refresh is cheaper
+    (`gold.full_refresh_below_mb`)."""
     delta.create(spark, RUNS, storage.table_uri(RUNS.name))
-    run_id = new_run_id()
+    run_id, history = new_run_id(), last_versions(spark, storage)
     runs = []
     for model in models:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
-        run = run_model(spark, storage, model, full_refresh)
+        run = run_model(
+            spark, storage, model, history.get(model.name), full_refresh, full_below_bytes
+        )
         _record(spark, storage, run_id, run)
         detail = f", {run.changed_keys:,} keys changed" if run.changed_keys is not None else ""
         echo(
@@ -207,8 +213,15 @@ def run_models(
 
 
 def run_model(
-    spark: SparkSession, storage: StorageSettings, model: Model, full_refresh: bool = False
+    spark: SparkSession,
+    storage: StorageSettings,
+    model: Model,
+    last: Mapping[str, tuple[int, str]] | None,
+    full_refresh: bool = False,
+    full_below_bytes: int = 0,
 ) -> ModelRun:
+    """Bring `model`'s table up to its inputs' current versions; `last` is what its last
+    run processed (None: it never ran)."""
     started = time.monotonic()
     target = storage.table_uri(model.name)
     sources = {name: pin(spark, name, storage.table_uri(name)) for name in model.reads}
@@ -217,7 +230,6 @@ def run_model(
         for s in sources.values()
     ]
     delta.create(spark, model.table, target)
-    last = None if full_refresh else last_versions(spark, storage, model.name)
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
     run = ModelRun(model.name, "full", reason, sources=sources)
     if not reason:
@@ -226,6 +238,14 @@ def run_model(
             run.mode = "unchanged"
             run.seconds = time.monotonic() - started
             return run
+        size = sum(s.size_bytes for s in sources.values())
+        if size < full_below_bytes:
+            run.reason = (
+                f"inputs of {size / 2**20:,.1f} MiB, under gold.full_refresh_below_mb: "
+                "a full refresh is cheaper"
+            )
+    if not run.reason:
+        assert last is not None
         changes = [
             changes_between(spark, s.location, last[name][0] + 1, s.version)
             if s.version > last[name][0]
@@ -268,7 +288,7 @@ def pin(spark: SparkSession, name: str, uri: str) -> Source:
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
     version = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()
     assert detail is not None and version is not None
-    return Source(name, uri, int(version["version"]), str(detail["id"]))
+    return Source(name, uri, int(version["version"]), str(detail["id"]), int(detail["sizeInBytes"]))
 
 
 def changes_between(spark: SparkSession, uri: str, first: int, last: int) -> DataFrame:
@@ -284,20 +304,24 @@ def changes_between(spark: SparkSession, uri: str, first: int, last: int) -> Dat
 
 
 def last_versions(
-    spark: SparkSession, storage: StorageSettings, model: str
-) -> dict[str, tuple[int, str]] | None:
-    """Source -> (version, table id) the model's last run processed; None if it never ran."""
+    spark: SparkSession, storage: StorageSettings
+) -> dict[str, dict[str, tuple[int, str]]]:
+    """Per model, source -> (version, table id) its last run processed: one read of the
+    run log for the whole run."""
     runs = spark.read.format("delta").load(storage.table_uri(RUNS.name))
-    last = runs.where(F.col("model") == model).orderBy(F.desc("started_at")).first()
-    if last is None:
-        return None
+    latest = runs.groupBy("model").agg(
+        F.max_by(F.struct("source_versions", "source_ids"), "started_at").alias("last")
+    )
     return {
-        name: (int(version), last["source_ids"].get(name, ""))
-        for name, version in last["source_versions"].items()
+        row["model"]: {
+            name: (int(version), row["last"]["source_ids"].get(name, ""))
+            for name, version in row["last"]["source_versions"].items()
+        }
+        for row in latest.collect()
     }
 
 
-def _why_full(last: dict[str, tuple[int, str]] | None, sources: Mapping[str, Source]) -> str:
+def _why_full(last: Mapping[str, tuple[int, str]] | None, sources: Mapping[str, Source]) -> str:
     """Why this run must rebuild the whole table, or "" when it can be incremental."""
     if last is None:
         return "first run"

@@ -169,6 +169,13 @@ class ClusterSettings:
 
 
 @dataclass(frozen=True)
+class GoldSettings:
+    full_refresh_below_mb: float
+    """A model whose inputs are smaller than this is rebuilt in full rather than
+    incrementally: below it an incremental run's fixed costs exceed a full rebuild."""
+
+
+@dataclass(frozen=True)
 class CompactSettings:
     vacuum_retention_hours: float
     """VACUUM deletes unreferenced files older than this; it must exceed the lag of the
@@ -190,6 +197,7 @@ class Settings:
     cluster: ClusterSettings
     bronze: BronzeSettings
     silver: SilverSettings
+    gold: GoldSettings
     compact: CompactSettings
     quality: QualitySettings
 

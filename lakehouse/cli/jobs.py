@@ -101,7 +101,13 @@ def run_layer(args: argparse.Namespace) -> None:
         models = select(pipeline.MODELS, args.select)
         writes = [*(m.name for m in models), RUNS.name]
         with lease.holding(settings, writes, "lakehouse run gold"):
-            runs = run_models(spark, settings.storage, models, full_refresh=args.full_refresh)
+            runs = run_models(
+                spark,
+                settings.storage,
+                models,
+                args.full_refresh,
+                int(settings.gold.full_refresh_below_mb * 2**20),
+            )
         modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
         echo(
             f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "

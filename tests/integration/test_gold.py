@@ -250,3 +250,31 @@ def test_run_gold_selects_downstream_models_and_rebuilds_on_request(
     assert "gold.sensor_daily: full (--full-refresh)" in result.stdout
     assert "gold.session_summary" not in result.stdout
     assert "gold: 2 models (full=2)" in result.stdout
+
+
+def test_a_model_on_inputs_under_the_crossover_size_is_rebuilt_in_full_by_itself(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = lake_settings(tmp_path)
+    bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
+    summary = session_summary.NAME
+
+    def run_after(increment: TrafficSpec, slack: int) -> tuple[str, str]:
+        """Mode and reason of the summary's run after `increment`, with the crossover
+        `slack` bytes above the size of its inputs."""
+        bronze.append(increment)
+        reconstruct.run(spark, s)
+        inputs = sum(
+            spark.sql(f"DESCRIBE DETAIL delta.`{s.storage.table_uri(n)}`").first()["sizeInBytes"]
+            for n in (sessions.NAME, violations.NAME)
+        )
+        runs = run_models(spark, s.storage, MODELS, full_below_bytes=inputs + slack)
+        (run,) = [r for r in runs if r.model == summary]
+        return run.mode, run.reason
+
+    run_after(INCREMENTS[0], 0)
+
+    mode, reason = run_after(INCREMENTS[2], 1)
+    assert mode == "full"
+    assert reason.endswith("under gold.full_refresh_below_mb: a full refresh is cheaper")
+    assert run_after(INCREMENTS[1], 0) == ("incremental", "")
