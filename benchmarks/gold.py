@@ -1,148 +1,232 @@
-"""Gold: an incremental run against a full refresh after a small increment, and a gold
-query before and after compaction, in one process on the same lake.
+"""Gold: an incremental run against a full refresh as the lake grows, the crossover size
+below which a full refresh wins, and a gold query before and after compaction.
 
 Bronze is written directly from generated traffic (no broker: gold is what is measured),
-silver is built by its real job, then gold runs once in full. Several small increments
-follow, each through silver and an incremental gold run, which leaves gold's tables in
-small files. After the last increment the incremental run is timed against a full
-refresh of the same data (best of two each); then a representative query (one sensor's
-hours) is timed before and after `compact` (best of five each).
+silver by its real job, gold once in full. The lake then grows to each size of
+`--sessions` (sessions per sensor, ~600 silver row changes each). At each size, twice, one
+late session of one sensor arrives, goes through silver, and gold runs incrementally
+(timed); then a full refresh of the same data runs twice (timed). Best of two each. At
+the end, a representative query (one sensor's hours) is timed before and after
+`compact` (best of five each).
 
-    python -m benchmarks.gold                  # ~240k records
-    python -m benchmarks.gold --sessions 5     # a quick look
+    python -m benchmarks.gold                           # up to ~5M silver row changes
+    python -m benchmarks.gold --sessions 5,20           # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from benchmarks.common import run_settings
+import pandas as pd
+
+from benchmarks.common import fmt, run_settings, timed
 from bronze import sensor_records
 from lakehouse import delta
 from lakehouse.compaction import compact, snapshot
-from lakehouse.incremental import run_models
+from lakehouse.incremental import ModelRun, run_models
 from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic
 from lakehouse.spark import build_spark
-from silver import reconstruct
+from silver import reconstruct, row_changes
 
 QUERY = """
     SELECT date_trunc('day', hour) AS day, sum(updates) AS updates,
            avg(temperature_mean) AS temperature, max(sessions_active) AS sessions
     FROM delta.`{path}` WHERE sensor_id = 'sensor-003' GROUP BY 1 ORDER BY 1
 """
+BASE = TrafficSpec(
+    sensors=10,
+    sessions_per_sensor=0,
+    rows_per_snapshot=100,
+    updates_per_session=500,
+    session_stagger_seconds=600,
+    partitions=4,
+)
+
+
+@dataclass
+class Size:
+    """One size of the lake and what gold cost there."""
+
+    changes: int
+    input_mib: float
+    incremental: list[float]
+    full: list[float]
+    by_model: dict[str, tuple[float, float]]
+    """model -> (incremental, full) seconds of the best runs."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sensors", type=int, default=10)
-    parser.add_argument("--sessions", type=int, default=40, help="per sensor")
-    parser.add_argument("--updates", type=int, default=500, help="per session")
-    parser.add_argument("--increments", type=int, default=6)
+    parser.add_argument(
+        "--sessions",
+        default="20,100,840",
+        help="sizes of the lake, in sessions per sensor (10 sensors), comma-separated",
+    )
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sessions.split(",")]
 
     with tempfile.TemporaryDirectory(prefix="bench-gold-") as tmp:
-        settings = run_settings(Path(tmp) / "lake")
-        spark = build_spark(settings, app_name="bench-gold")
-        spark.sparkContext.setLogLevel("ERROR")
-        bronze = settings.storage.table_uri("bronze.sensor_records")
-        delta.create(spark, sensor_records.TABLE, bronze)
-        offsets: dict[tuple[str, int], int] = defaultdict(int)
-        base = TrafficSpec(
-            sensors=args.sensors,
-            sessions_per_sensor=args.sessions,
-            rows_per_snapshot=100,
-            updates_per_session=args.updates,
-            session_stagger_seconds=600,
-            partitions=4,
-        )
-        n = append(spark, bronze, base, offsets)
-        print(f"silver from {n:,} bronze records ...", flush=True)
-        reconstruct.run(spark, settings)
-        started = time.perf_counter()
-        run_models(spark, settings.storage, MODELS, echo=lambda _: None)
-        print(f"gold, first (full) run: {time.perf_counter() - started:.1f}s", flush=True)
-        for i in range(args.increments):
-            # One late session of one sensor: a few hours of one day change.
-            late = replace(
-                base,
-                seed=100 + i,
-                sensors=1,
-                first_sensor=1 + i % args.sensors,
-                sessions_per_sensor=1,
-                start_time=base.start_time + timedelta(hours=i),
-            )
-            append(spark, bronze, late, offsets)
-            reconstruct.run(spark, settings)
-            incremental = timed(
-                lambda: run_models(spark, settings.storage, MODELS, echo=lambda _: None)
-            )
-        full = [
-            timed(
-                lambda: run_models(
-                    spark, settings.storage, MODELS, full_refresh=True, echo=lambda _: None
-                )
-            )
-            for _ in range(2)
-        ]
-        print(
-            f"gold after an increment of one session: incremental {incremental:.1f}s, "
-            f"full refresh {min(full):.1f}s (best of {', '.join(f'{f:.1f}s' for f in full)})"
-        )
-
-        # Incremental MERGEs again, so that the query meets the files they leave.
-        for i in range(args.increments):
-            late = replace(
-                base,
-                seed=200 + i,
-                sensors=1,
-                first_sensor=3,
-                sessions_per_sensor=1,
-                start_time=base.start_time + timedelta(days=1 + i),
-            )
-            append(spark, bronze, late, offsets)
-            reconstruct.run(spark, settings)
-            run_models(spark, settings.storage, MODELS, echo=lambda _: None)
-        hourly = settings.storage.table_uri("gold.sensor_hourly")
+        lake = Lake(Path(tmp))
+        results = []
+        for sessions in sizes:
+            lake.grow_to(sessions)
+            results.append(lake.measure())
+            report(results[-1])
+        hourly = lake.settings.storage.table_uri("gold.sensor_hourly")
         query = QUERY.format(path=hourly)
-        files_before = snapshot(spark, hourly).files
-        before = [timed(lambda: spark.sql(query).collect()) for _ in range(5)]
-        compact(spark, settings, READERS, ["gold.sensor_hourly"], vacuum=False, echo=lambda _: None)
-        after = [timed(lambda: spark.sql(query).collect()) for _ in range(5)]
-        files_after = snapshot(spark, hourly).files
+        files_before = snapshot(lake.spark, hourly).files
+        before = [timed(lambda: lake.spark.sql(query).collect()) for _ in range(5)]
+        compact(
+            lake.spark, lake.settings, READERS, ["gold.sensor_hourly"], vacuum=False, echo=print
+        )
+        after = [timed(lambda: lake.spark.sql(query).collect()) for _ in range(5)]
+        files_after = snapshot(lake.spark, hourly).files
 
-    print(f"\nincremental run:         {incremental:8.2f} s")
-    print(f"full refresh:            {min(full):8.2f} s")
-    print(f"ratio full/incremental:  {min(full) / incremental:8.2f}")
+    print("\nsilver row changes  inputs (MiB)  incremental  full refresh  full/incremental")
+    for r in results:
+        print(
+            f"{r.changes:>18,}  {r.input_mib:>12,.1f}  {min(r.incremental):>10.1f}s  "
+            f"{min(r.full):>11.1f}s  {min(r.full) / min(r.incremental):>16.2f}"
+        )
+    print(f"crossover: {crossover(results)}")
     print(f"query before compaction: {min(before):8.3f} s  ({files_before} files)")
     print(f"query after compaction:  {min(after):8.3f} s  ({files_after} files)")
     print(f"ratio before/after:      {min(before) / min(after):8.2f}")
 
 
-def append(spark, path: str, spec: TrafficSpec, offsets: dict[tuple[str, int], int]) -> int:  # type: ignore[no-untyped-def]
-    now = datetime.now(UTC)
-    rows = []
-    for r in generate_traffic(spec):
-        offset = offsets[(r.topic, r.partition)]
-        offsets[(r.topic, r.partition)] += 1
-        rows.append((r.topic, r.partition, offset, r.key, r.value, now, 0, [], now, 0))
-    schema = spark.read.format("delta").load(path).schema
-    spark.createDataFrame(rows, schema).write.format("delta").mode("append").save(path)
-    return len(rows)
+class Lake:
+    """Bronze, silver and gold under `root`, grown session by session."""
+
+    def __init__(self, root: Path) -> None:
+        self.settings = run_settings(root / "lake")
+        self.spark = build_spark(self.settings, app_name="bench-gold")
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+        self.bronze = self.settings.storage.table_uri("bronze.sensor_records")
+        delta.create(self.spark, sensor_records.TABLE, self.bronze)
+        self.offsets: dict[tuple[str, int], int] = defaultdict(int)
+        self.sessions = 0
+        self.late = 0
+
+    def grow_to(self, sessions: int) -> None:
+        """Sessions per sensor up to `sessions`, through silver and gold (not timed)."""
+        if sessions <= self.sessions:
+            return
+        for sensor in range(1, BASE.sensors + 1):
+            self.append(
+                replace(
+                    BASE,
+                    seed=sessions * 100 + sensor,
+                    sensors=1,
+                    first_sensor=sensor,
+                    sessions_per_sensor=sessions - self.sessions,
+                    start_time=BASE.start_time
+                    + timedelta(seconds=self.sessions * BASE.session_stagger_seconds),
+                )
+            )
+        self.sessions = sessions
+        print(f"silver to {sessions} sessions per sensor ...", flush=True)
+        reconstruct.run(self.spark, self.settings)
+        started = time.perf_counter()
+        run_models(self.spark, self.settings.storage, MODELS, echo=lambda _: None)
+        print(f"gold catching up: {time.perf_counter() - started:.1f}s", flush=True)
+
+    def measure(self) -> Size:
+        """Two late sessions, each with an incremental run; then two full refreshes."""
+        incremental: list[list[ModelRun]] = []
+        for _ in range(2):
+            self.late += 1
+            # One late session of one sensor: a few hours of one day change.
+            self.append(
+                replace(
+                    BASE,
+                    seed=10_000 + self.late,
+                    sensors=1,
+                    first_sensor=1 + self.late % BASE.sensors,
+                    sessions_per_sensor=1,
+                    start_time=BASE.start_time + timedelta(hours=self.late),
+                )
+            )
+            reconstruct.run(self.spark, self.settings)
+            incremental.append(self.gold(full_refresh=False))
+        full = [self.gold(full_refresh=True) for _ in range(2)]
+        best_incremental = min(incremental, key=total)
+        best_full = min(full, key=total)
+        changes = self.spark.read.format("delta").load(self.table(row_changes.NAME)).count()
+        detail = self.spark.sql(f"DESCRIBE DETAIL delta.`{self.table(row_changes.NAME)}`")
+        return Size(
+            changes,
+            (detail.first() or {"sizeInBytes": 0})["sizeInBytes"] / 2**20,
+            [total(runs) for runs in incremental],
+            [total(runs) for runs in full],
+            {
+                i.model: (i.seconds, f.seconds)
+                for i, f in zip(best_incremental, best_full, strict=True)
+            },
+        )
+
+    def gold(self, full_refresh: bool) -> list[ModelRun]:
+        runs = run_models(
+            self.spark, self.settings.storage, MODELS, full_refresh, echo=lambda _: None
+        )
+        assert all(r.mode == ("full" if full_refresh else "incremental") for r in runs), runs
+        return runs
+
+    def table(self, name: str) -> str:
+        return self.settings.storage.table_uri(name)
+
+    def append(self, spec: TrafficSpec) -> None:
+        """`spec`'s records into bronze, offsets running on per partition as a broker's."""
+        now = pd.Timestamp(datetime.now(UTC))
+        rows = []
+        for r in generate_traffic(spec):
+            offset = self.offsets[(r.topic, r.partition)]
+            self.offsets[(r.topic, r.partition)] += 1
+            rows.append((r.topic, r.partition, offset, r.key, r.value))
+        frame = pd.DataFrame(rows, columns=["topic", "partition", "offset", "key", "value"])
+        frame = frame.assign(
+            kafka_timestamp=now, kafka_timestamp_type=0, headers=None, ingested_at=now, batch_id=0
+        )
+        schema = self.spark.read.format("delta").load(self.bronze).schema
+        delta.append(self.spark.createDataFrame(frame, schema), self.bronze)
 
 
-def timed(work) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
+def total(runs: list[ModelRun]) -> float:
+    return sum(r.seconds for r in runs)
+
+
+def report(size: Size) -> None:
+    print(
+        f"{size.changes:,} silver row changes ({size.input_mib:,.1f} MiB): incremental "
+        f"{fmt(size.incremental)}, full refresh {fmt(size.full)}",
+        flush=True,
+    )
+    for model, (incremental, full) in size.by_model.items():
+        print(f"  {model:<24} incremental {incremental:6.1f}s  full {full:6.1f}s", flush=True)
+
+
+def crossover(results: list[Size]) -> str:
+    """The input size where a full refresh stops being cheaper, interpolated linearly."""
+    for smaller, larger in itertools.pairwise(results):
+        gap_small = min(smaller.full) - min(smaller.incremental)
+        gap_large = min(larger.full) - min(larger.incremental)
+        if gap_small <= 0 < gap_large:
+            share = -gap_small / (gap_large - gap_small)
+            mib = smaller.input_mib + share * (larger.input_mib - smaller.input_mib)
+            return f"~{mib:,.0f} MiB of silver.row_changes (between the sizes measured)"
+    if results and min(results[0].full) > min(results[0].incremental):
+        return f"below {results[0].input_mib:,.1f} MiB (incremental wins at every size measured)"
+    return "above every size measured (full refresh wins at each)"
 
 
 if __name__ == "__main__":

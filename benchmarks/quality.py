@@ -12,15 +12,10 @@ counts. Prints records/s for each and the overhead, 1 - with/without.
 from __future__ import annotations
 
 import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from pyspark.sql import SparkSession
-
-from benchmarks.common import run_settings, traffic_parser, traffic_spec
+from benchmarks.common import fmt, run_settings, timed, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
@@ -91,22 +86,12 @@ def silver_over(root: Path, source: Settings, validate: bool) -> Settings:
     return fresh
 
 
-def timed(job: Callable[[SparkSession, Settings], object], *args: Any) -> float:
-    started = time.perf_counter()
-    job(*args)
-    return time.perf_counter() - started
-
-
 def report(layer: str, records: int, runs: dict[bool, list[float]]) -> None:
     without, with_ = min(runs[False]), min(runs[True])
     print(f"{layer}: {records:,} records")
     print(f"  without validation: {records / without:>10,.0f} records/s  (runs {fmt(runs[False])})")
     print(f"  with validation:    {records / with_:>10,.0f} records/s  (runs {fmt(runs[True])})")
     print(f"  validation overhead: {1 - without / with_:.0%} of throughput (goal <= 20%)")
-
-
-def fmt(seconds: list[float]) -> str:
-    return ", ".join(f"{s:.1f}s" for s in seconds)
 
 
 if __name__ == "__main__":

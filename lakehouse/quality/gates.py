@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import reduce
+from functools import cached_property, reduce
 from typing import Any, Literal
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -140,32 +140,48 @@ def create_tables(
 class Validator:
     """Great Expectations over Spark frames, one context for the life of a job.
 
-    Building a context and registering suites costs seconds; a stream validates every
-    micro-batch with the same one. An ephemeral context keeps nothing on disk; `check`
-    passes a file context so that its results feed the Data Docs.
+    Building a context and registering suites costs seconds, so it is built once, on first
+    use: a stream validates every micro-batch with the same one, and a stream whose
+    expectations all judge single rows (`row_condition`) may never need it. An ephemeral
+    context keeps nothing on disk; `check` passes a file context so that its results feed
+    the Data Docs.
     """
 
     def __init__(self, suites: Sequence[Suite], context: Any = None) -> None:
+        self.suites = {s.table: s for s in suites}
+        self._context = context
+
+    @cached_property
+    def context(self) -> Any:
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         # GX logs every metric it cannot resolve at WARNING and draws a progress bar per
         # validation; our own progress lines and one-line errors say what matters.
         logging.getLogger("great_expectations").setLevel(logging.ERROR)
-        self.context = context or gx.get_context(mode="ephemeral")
-        self.context.variables.progress_bars = ProgressBarsConfig(
+        context = self._context or gx.get_context(mode="ephemeral")
+        context.variables.progress_bars = ProgressBarsConfig(
             globally=False, metric_calculations=False
         )
+        return context
+
+    @cached_property
+    def _batches(self) -> dict[str, Any]:
         source = self.context.data_sources.add_or_update_spark("lakehouse", persist=False)
         # One asset per table, so that the Data Docs name what was validated.
-        self._batches = {
-            s.table: source.add_dataframe_asset(s.table).add_batch_definition_whole_dataframe(
+        return {
+            table: source.add_dataframe_asset(table).add_batch_definition_whole_dataframe(
                 "whole table"
             )
-            for s in suites
+            for table in self.suites
         }
-        self.suites = {s.table: s for s in suites}
-        self._gx_suites = {s.table: self.context.suites.add_or_update(s.to_gx()) for s in suites}
+
+    @cached_property
+    def _gx_suites(self) -> dict[str, Any]:
+        return {
+            table: self.context.suites.add_or_update(suite.to_gx())
+            for table, suite in self.suites.items()
+        }
 
     def validate(
         self,
