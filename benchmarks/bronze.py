@@ -3,8 +3,8 @@
 All read the same records from the same broker with the same source options: against
 `noop` the ratio is everything bronze writes; against Spark's own Kafka -> Delta stream
 (the peer a user would write instead) it is what bronze's lineage columns, exactly-once
-bookkeeping, quarantine and table management cost.
-In-stream validation is off here: benchmarks/quality.py measures what it adds.
+bookkeeping and table management cost, and with in-stream validation on, what its
+expectations and quarantine add (benchmarks/quality.py measures that on its own).
 After an untimed warm-up run, baseline and bronze alternate twice and the best run of each
 counts, so JIT warm-up and page cache favour neither side.
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import broker, run_settings, traffic_parser, traffic_spec
+from benchmarks.common import broker, fmt, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.console import echo
 from lakehouse.producer import produce
@@ -40,7 +40,7 @@ def main() -> None:
             spark = build_spark(settings, app_name="bench-bronze")
             echo("warm-up run (not timed) ...")
             time_sink(spark, settings, bootstrap, root / "warm-up", "noop")
-            noop_runs, delta_runs, bronze_runs = [], [], []
+            noop_runs, delta_runs, bronze_runs, validated_runs = [], [], [], []
             for attempt in range(2):
                 noop_runs.append(
                     time_sink(spark, settings, bootstrap, root / f"noop-{attempt}", "noop")
@@ -48,24 +48,30 @@ def main() -> None:
                 delta_runs.append(
                     time_sink(spark, settings, bootstrap, root / f"delta-{attempt}", "delta")
                 )
-                lake = run_settings(root / f"lake-{attempt}", bootstrap)
-                started = time.perf_counter()
-                stats = sensor_records.run(spark, lake)
-                bronze_runs.append(time.perf_counter() - started)
-                assert stats.input_rows == report.records, "bronze must ingest every record"
+                for validate, runs in (("false", bronze_runs), ("true", validated_runs)):
+                    lake = run_settings(
+                        root / f"lake-{validate}-{attempt}",
+                        bootstrap,
+                        quality__validate_streams=validate,
+                    )
+                    started = time.perf_counter()
+                    stats = sensor_records.run(spark, lake)
+                    runs.append(time.perf_counter() - started)
+                    assert stats.input_rows == report.records, "bronze must ingest every record"
 
     noop_s, delta_s, bronze_s = min(noop_runs), min(delta_runs), min(bronze_runs)
-    n = report.records
-    echo(f"\nrecords:            {n:,}")
-    echo(f"kafka -> noop:      {n / noop_s:>12,.0f} records/s  (best of {_runs(noop_runs)})")
-    echo(f"kafka -> delta:     {n / delta_s:>12,.0f} records/s  (best of {_runs(delta_runs)})")
-    echo(f"kafka -> bronze:    {n / bronze_s:>12,.0f} records/s  (best of {_runs(bronze_runs)})")
-    echo(f"ratio bronze/noop:  {noop_s / bronze_s:.2f}")
-    echo(f"ratio bronze/delta: {delta_s / bronze_s:.2f}")
-
-
-def _runs(seconds: list[float]) -> str:
-    return ", ".join(f"{s:.1f}s" for s in seconds)
+    validated_s, n = min(validated_runs), report.records
+    echo(f"\nrecords:                        {n:,}")
+    for label, runs in (
+        ("kafka -> noop", noop_runs),
+        ("kafka -> delta", delta_runs),
+        ("kafka -> bronze", bronze_runs),
+        ("kafka -> bronze, validated", validated_runs),
+    ):
+        echo(f"{label + ':':<31}{n / min(runs):>10,.0f} records/s  (best of {fmt(runs)})")
+    echo(f"ratio bronze/noop:              {noop_s / bronze_s:.2f}")
+    echo(f"ratio bronze/delta:             {delta_s / bronze_s:.2f}")
+    echo(f"ratio bronze, validated/delta:  {delta_s / validated_s:.2f}")
 
 
 def time_sink(spark, settings: Settings, bootstrap: str, folder: Path, sink: str) -> float:  # type: ignore[no-untyped-def]

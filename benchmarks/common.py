@@ -56,7 +56,12 @@ def run_settings(root: Path, bootstrap: str = "unused:1", **keys: str) -> Settin
     """Settings of one measured run, its tables under `root`: no catalog (a metastore would
     be measured too), and no in-stream validation unless `keys` ask for it
     (`quality__validate_streams="true"`; benchmarks/quality.py measures what it costs)."""
-    environ = {
+    return load_settings("local", environ=run_environ(root, bootstrap, **keys))
+
+
+def run_environ(root: Path, bootstrap: str = "unused:1", **keys: str) -> dict[str, str]:
+    """`run_settings` as environment variables, for jobs run as their own processes."""
+    return {
         "LAKEHOUSE__STORAGE__ROOT": str(root),
         "LAKEHOUSE__QUALITY__LOCAL_DIR": str(root / "_quality"),
         "LAKEHOUSE__QUALITY__VALIDATE_STREAMS": "false",
@@ -64,7 +69,6 @@ def run_settings(root: Path, bootstrap: str = "unused:1", **keys: str) -> Settin
         "LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS": bootstrap,
         **{f"LAKEHOUSE__{key.upper()}": value for key, value in keys.items()},
     }
-    return load_settings("local", environ=environ)
 
 
 def timed(work: Callable[..., object], *args: Any) -> float:

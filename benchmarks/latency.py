@@ -1,0 +1,187 @@
+"""End-to-end latency at a steady rate: from a record's Kafka timestamp to the silver commit
+that holds it, and to the first scheduled gold run that includes that commit.
+
+The embedded broker, then `lakehouse run bronze --continuous` and `lakehouse run silver
+--continuous` as their own processes (as they would be deployed, trigger intervals and
+in-stream validation from conf/base.yaml), and `lakehouse run gold` every `--gold-every`
+seconds, as a scheduler would. Records are produced at `--rate` for `--seconds`; once
+silver holds them all, the jobs are stopped and latencies are read from the tables
+themselves: Delta's change feed gives each silver row its commit time, its Kafka lineage
+leads to the record's timestamp in bronze, and `gold.model_runs` says which silver
+version each gold run read and when it ended.
+
+    python -m benchmarks.latency                          # 5,000 records/s for 3 minutes
+    python -m benchmarks.latency --rate 1000 --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from benchmarks.common import broker, run_environ
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.settings import load_settings
+from lakehouse.spark import build_spark
+from silver import row_changes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rate", type=float, default=5000, help="records per second")
+    parser.add_argument("--seconds", type=float, default=180, help="how long to produce")
+    parser.add_argument("--gold-every", type=float, default=60, help="seconds between gold runs")
+    args = parser.parse_args()
+    records = int(args.rate * args.seconds)
+    # 10 sensors, sessions of a 200-row snapshot and ~1,000 updates, 50 live at once
+    spec = TrafficSpec(
+        sensors=10,
+        sessions_per_sensor=max(1, records // 10_000),
+        rows_per_snapshot=200,
+        updates_per_session=998,
+        session_stagger_seconds=5,
+        partitions=4,
+    )
+
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
+        root = Path(tmp)
+        with broker(root) as bootstrap:
+            env = run_environ(root / "lake", bootstrap, quality__validate_streams="true")
+            env["LAKEHOUSE__KAFKA__PARTITIONS"] = str(spec.partitions)
+            jobs = [job(root, env, "bronze"), job(root, env, "silver")]
+            stop = threading.Event()
+            gold = threading.Thread(target=schedule_gold, args=(root, env, args, stop))
+            try:
+                print(f"producing {records:,} records at {args.rate:,.0f}/s ...", flush=True)
+                gold.start()
+                sent = produce(spec, bootstrap, rate=args.rate, progress=True)
+                print(sent.to_text().splitlines()[0], flush=True)
+                settings = load_settings("local", environ=env)
+                spark = build_spark(settings, app_name="bench-latency")
+                wait_for_silver(spark, settings.storage.table_uri(row_changes.NAME), sent.records)
+                stop.set()
+                gold.join()
+            finally:
+                stop.set()
+                for process in jobs:
+                    process.send_signal(signal.SIGTERM)
+                for process in jobs:
+                    process.wait(timeout=120)
+            report(spark, settings.storage.table_uri, args)
+
+
+def job(root: Path, env: dict[str, str], layer: str) -> subprocess.Popen[bytes]:
+    """`lakehouse run <layer> --continuous` in its own process, output to a log file."""
+    log = (root / f"{layer}.log").open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "lakehouse.cli", "run", layer, "--continuous"],
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def schedule_gold(
+    root: Path, env: dict[str, str], args: argparse.Namespace, stop: threading.Event
+) -> None:
+    """`lakehouse run gold` every `--gold-every` seconds until `stop`, then once more."""
+    with (root / "gold.log").open("ab") as log:
+        while True:
+            stopping = stop.wait(args.gold_every)
+            subprocess.run(
+                [sys.executable, "-m", "lakehouse.cli", "run", "gold"],
+                env={**os.environ, **env},
+                cwd=PROJECT_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+            if stopping:
+                return
+
+
+def wait_for_silver(spark: SparkSession, table: str, records: int, timeout: float = 900) -> None:
+    """Until silver's row changes carry every produced record's offset."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            seen = spark.read.format("delta").load(table).select("topic", "partition", "offset")
+            if seen.distinct().count() >= records:
+                return
+        except Exception:  # the table is not there yet
+            pass
+        time.sleep(5)
+    raise TimeoutError(f"silver did not hold all {records:,} records within {timeout:.0f}s")
+
+
+def report(spark: SparkSession, uri: Callable[[str], str], args: argparse.Namespace) -> None:
+    """p50/p95 of Kafka timestamp -> silver commit, and -> the gold run that read it."""
+    kafka_time = (
+        spark.read.format("delta")
+        .load(uri("bronze.sensor_records"))
+        .select("topic", "partition", "offset", "kafka_timestamp")
+    )
+    committed = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(uri(row_changes.NAME))
+        .where(F.col("_change_type") == "insert")
+        .groupBy("topic", "partition", "offset")
+        .agg(F.min("_commit_timestamp").alias("at"), F.min("_commit_version").alias("version"))
+        .join(kafka_time, ["topic", "partition", "offset"])
+    )
+    gold_runs = (
+        spark.read.format("delta")
+        .load(uri("gold.model_runs"))
+        .where(F.col("model") == "gold.sensor_hourly")
+        .select(
+            F.col("source_versions")[row_changes.NAME].alias("read_version"),
+            (F.unix_micros("started_at") + (F.col("seconds") * 1e6).cast("long")).alias("ended"),
+        )
+    )
+    in_gold = (
+        committed.join(gold_runs, committed.version <= gold_runs.read_version)
+        .groupBy("topic", "partition", "offset", "kafka_timestamp")
+        .agg(F.min("ended").alias("ended"))
+    )
+    silver_s = seconds_between(committed, F.unix_micros("at"))
+    gold_s = seconds_between(in_gold, F.col("ended"))
+    print(f"\nrate {args.rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
+          f"{args.gold_every:.0f}s")  # fmt: skip
+    for label, (count, p50, p95, worst) in (("silver commit", silver_s), ("gold run", gold_s)):
+        print(
+            f"Kafka timestamp -> {label:<14} p50 {p50:6.1f}s  p95 {p95:6.1f}s  "
+            f"max {worst:6.1f}s  ({count:,} records)"
+        )
+
+
+def seconds_between(rows: DataFrame, end_micros: Column) -> tuple[int, float, float, float]:
+    latency = (end_micros - F.unix_micros("kafka_timestamp")) / 1e6
+    found = rows.select(latency.alias("s")).agg(
+        F.count("*"),
+        F.percentile_approx("s", 0.5, 10_000),
+        F.percentile_approx("s", 0.95, 10_000),
+        F.max("s"),
+    )
+    count, p50, p95, worst = found.first() or (0, 0.0, 0.0, 0.0)
+    return count, p50, p95, worst
+
+
+if __name__ == "__main__":
+    main()
