@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
+
 from lakehouse.producer import TrafficSpec
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings, load_settings
@@ -85,20 +87,30 @@ def fmt(seconds: list[float]) -> str:
 
 class PeakMemory:
     """Peak resident memory of this process's JVM (driver and, in local mode, executors)
-    and of the largest Python worker, sampled from /proc while a run goes on."""
+    and of the largest Python worker, sampled from /proc while a run goes on; and the
+    JVM's peak heap use, from its own memory pools."""
 
-    def __init__(self, every_s: float = 0.2) -> None:
-        self.jvm_bytes = self.worker_bytes = 0
+    def __init__(self, spark: SparkSession, every_s: float = 0.2) -> None:
+        self.jvm_bytes = self.worker_bytes = self.heap_bytes = 0
+        self._pools = [
+            p
+            for p in spark._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()  # type: ignore[union-attr]
+            if str(p.getType()) == "Heap memory"
+        ]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, args=(every_s,), daemon=True)
 
     def __enter__(self) -> PeakMemory:
+        for pool in self._pools:
+            pool.resetPeakUsage()
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+        # Each pool's own peak: their sum bounds the heap's peak from above.
+        self.heap_bytes = sum(pool.getPeakUsage().getUsed() for pool in self._pools)
 
     def _sample(self, every_s: float) -> None:
         while not self._stop.wait(every_s):

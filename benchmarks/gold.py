@@ -58,9 +58,11 @@ class Size:
     changes: int
     input_mib: float
     incremental: list[float]
+    auto: float
+    """The runner left to choose per model (gold.full_refresh_below_mb), as `run gold` does."""
     full: list[float]
-    by_model: dict[str, tuple[float, float]]
-    """model -> (incremental, full) seconds of the best runs."""
+    by_model: dict[str, tuple[float, float, str, float]]
+    """model -> seconds of the best incremental and full runs, what auto chose and took."""
 
 
 def main() -> None:
@@ -92,11 +94,15 @@ def main() -> None:
         after = [timed(lambda: lake.spark.sql(query).collect()) for _ in range(5)]
         files_after = snapshot(lake.spark, hourly).files
 
-    print("\nsilver row changes  inputs (MiB)  incremental  full refresh  full/incremental")
+    print(
+        "\nsilver row changes  inputs (MiB)  incremental  full refresh  full/incremental  "
+        "auto  full/auto"
+    )
     for r in results:
         print(
             f"{r.changes:>18,}  {r.input_mib:>12,.1f}  {min(r.incremental):>10.1f}s  "
-            f"{min(r.full):>11.1f}s  {min(r.full) / min(r.incremental):>16.2f}"
+            f"{min(r.full):>11.1f}s  {min(r.full) / min(r.incremental):>16.2f}  "
+            f"{r.auto:>4.1f}s  {min(r.full) / r.auto:>9.2f}"
         )
     print(f"crossover: {crossover(results)}")
     print(f"query before compaction: {min(before):8.3f} s  ({files_before} files)")
@@ -122,18 +128,15 @@ class Lake:
         """Sessions per sensor up to `sessions`, through silver and gold (not timed)."""
         if sessions <= self.sessions:
             return
-        for sensor in range(1, BASE.sensors + 1):
-            self.append(
-                replace(
-                    BASE,
-                    seed=sessions * 100 + sensor,
-                    sensors=1,
-                    first_sensor=sensor,
-                    sessions_per_sensor=sessions - self.sessions,
-                    start_time=BASE.start_time
-                    + timedelta(seconds=self.sessions * BASE.session_stagger_seconds),
-                )
+        self.append(
+            replace(
+                BASE,
+                seed=sessions,
+                sessions_per_sensor=sessions - self.sessions,
+                start_time=BASE.start_time
+                + timedelta(seconds=self.sessions * BASE.session_stagger_seconds),
             )
+        )
         self.sessions = sessions
         print(f"silver to {sessions} sessions per sensor ...", flush=True)
         reconstruct.run(self.spark, self.settings)
@@ -142,24 +145,11 @@ class Lake:
         print(f"gold catching up: {time.perf_counter() - started:.1f}s", flush=True)
 
     def measure(self) -> Size:
-        """Two late sessions, each with an incremental run; then two full refreshes."""
-        incremental: list[list[ModelRun]] = []
-        for _ in range(2):
-            self.late += 1
-            # One late session of one sensor: a few hours of one day change.
-            self.append(
-                replace(
-                    BASE,
-                    seed=10_000 + self.late,
-                    sensors=1,
-                    first_sensor=1 + self.late % BASE.sensors,
-                    sessions_per_sensor=1,
-                    start_time=BASE.start_time + timedelta(hours=self.late),
-                )
-            )
-            reconstruct.run(self.spark, self.settings)
-            incremental.append(self.gold(full_refresh=False))
-        full = [self.gold(full_refresh=True) for _ in range(2)]
+        """Two late sessions, each with an incremental run, a third with the runner left to
+        choose; then two full refreshes."""
+        incremental = [self.gold_after_late_session("incremental") for _ in range(2)]
+        auto = self.gold_after_late_session("auto")
+        full = [self.gold("full") for _ in range(2)]
         best_incremental = min(incremental, key=total)
         best_full = min(full, key=total)
         changes = self.spark.read.format("delta").load(self.table(row_changes.NAME)).count()
@@ -168,31 +158,64 @@ class Lake:
             changes,
             (detail.first() or {"sizeInBytes": 0})["sizeInBytes"] / 2**20,
             [total(runs) for runs in incremental],
+            total(auto),
             [total(runs) for runs in full],
             {
-                i.model: (i.seconds, f.seconds)
-                for i, f in zip(best_incremental, best_full, strict=True)
+                i.model: (i.seconds, f.seconds, a.mode, a.seconds)
+                for i, f, a in zip(best_incremental, best_full, auto, strict=True)
             },
         )
 
-    def gold(self, full_refresh: bool) -> list[ModelRun]:
-        runs = run_models(
-            self.spark, self.settings.storage, MODELS, full_refresh, echo=lambda _: None
+    def gold_after_late_session(self, mode: str) -> list[ModelRun]:
+        """One late session of one sensor (a few hours of one day change) through silver,
+        then gold."""
+        self.late += 1
+        self.append(
+            replace(
+                BASE,
+                seed=10_000 + self.late,
+                sensors=1,
+                first_sensor=1 + self.late % BASE.sensors,
+                sessions_per_sensor=1,
+                start_time=BASE.start_time + timedelta(hours=self.late),
+            )
         )
-        assert all(r.mode == ("full" if full_refresh else "incremental") for r in runs), runs
+        reconstruct.run(self.spark, self.settings)
+        return self.gold(mode)
+
+    def gold(self, mode: str) -> list[ModelRun]:
+        """Every model `full`, `incremental`, or `auto` as `lakehouse run gold` chooses."""
+        threshold = {"full": 0, "incremental": 0, "auto": self.settings.gold.full_refresh_below_mb}
+        runs = run_models(
+            self.spark,
+            self.settings.storage,
+            MODELS,
+            full_refresh=mode == "full",
+            full_below_bytes=int(threshold[mode] * 2**20),
+            echo=lambda _: None,
+        )
+        assert mode == "auto" or all(r.mode == mode for r in runs), runs
         return runs
 
     def table(self, name: str) -> str:
         return self.settings.storage.table_uri(name)
 
-    def append(self, spec: TrafficSpec) -> None:
-        """`spec`'s records into bronze, offsets running on per partition as a broker's."""
-        now = pd.Timestamp(datetime.now(UTC))
-        rows = []
+    def append(self, spec: TrafficSpec, chunk: int = 500_000) -> None:
+        """`spec`'s records into bronze in the order a broker would serve them (by event
+        time, offsets running on per partition), `chunk` records per commit."""
+        rows: list[tuple[str, int, int, bytes | None, bytes]] = []
         for r in generate_traffic(spec):
             offset = self.offsets[(r.topic, r.partition)]
             self.offsets[(r.topic, r.partition)] += 1
             rows.append((r.topic, r.partition, offset, r.key, r.value))
+            if len(rows) == chunk:
+                self._write(rows)
+                rows = []
+        if rows:
+            self._write(rows)
+
+    def _write(self, rows: list[tuple[str, int, int, bytes | None, bytes]]) -> None:
+        now = pd.Timestamp(datetime.now(UTC))
         frame = pd.DataFrame(rows, columns=["topic", "partition", "offset", "key", "value"])
         frame = frame.assign(
             kafka_timestamp=now, kafka_timestamp_type=0, headers=None, ingested_at=now, batch_id=0
@@ -208,11 +231,15 @@ def total(runs: list[ModelRun]) -> float:
 def report(size: Size) -> None:
     print(
         f"{size.changes:,} silver row changes ({size.input_mib:,.1f} MiB): incremental "
-        f"{fmt(size.incremental)}, full refresh {fmt(size.full)}",
+        f"{fmt(size.incremental)}, auto {size.auto:.1f}s, full refresh {fmt(size.full)}",
         flush=True,
     )
-    for model, (incremental, full) in size.by_model.items():
-        print(f"  {model:<24} incremental {incremental:6.1f}s  full {full:6.1f}s", flush=True)
+    for model, (incremental, full, chosen, auto) in size.by_model.items():
+        print(
+            f"  {model:<24} incremental {incremental:6.1f}s  full {full:6.1f}s  "
+            f"auto: {chosen} {auto:.1f}s",
+            flush=True,
+        )
 
 
 def crossover(results: list[Size]) -> str:

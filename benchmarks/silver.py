@@ -46,6 +46,9 @@ PROTOCOL = (
 def main() -> None:
     parser = traffic_parser(__doc__)
     parser.add_argument("--state-sessions", type=int, default=10_000, help="0 to skip")
+    parser.add_argument(
+        "--state-only", action="store_true", help="only the state size and memory section"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-silver-") as tmp:
@@ -54,33 +57,41 @@ def main() -> None:
         bootstrap = broker.start()
         try:
             spark: SparkSession | None = None
-            spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
-            settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", spark)
-            total = (
-                spark.read.format("delta")
-                .load(settings.storage.table_uri("bronze.sensor_records"))
-                .count()
-            )
+            if not args.state_only:
+                spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
+                settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", spark)
+                total = (
+                    spark.read.format("delta")
+                    .load(settings.storage.table_uri("bronze.sensor_records"))
+                    .count()
+                )
 
-            parse_s = best_of(2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}"))
-            limit_s = best_of(
-                2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}")
-            )
-            silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
-            print(
-                f"\nbronze records:          {total:,} "
-                f"({args.sensors * args.sessions:,} concurrent sessions)"
-            )
-            print(f"(a) bronze->parse->noop: {total / parse_s:>10,.0f} records/s ({parse_s:.1f}s)")
-            print(
-                f"(b) full silver job:     {total / silver_s:>10,.0f} records/s ({silver_s:.1f}s)"
-            )
-            print(f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)")
-            print(f"ratio b/a:               {parse_s / silver_s:.2f}")
-            print(f"ratio c/a:               {parse_s / limit_s:.2f}")
-            print(f"ratio b/c:               {limit_s / silver_s:.2f}", flush=True)
+                parse_s = best_of(
+                    2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}")
+                )
+                limit_s = best_of(
+                    2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}")
+                )
+                silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
+                print(
+                    f"\nbronze records:          {total:,} "
+                    f"({args.sensors * args.sessions:,} concurrent sessions)"
+                )
+                print(
+                    f"(a) bronze->parse->noop: {total / parse_s:>10,.0f} records/s ({parse_s:.1f}s)"
+                )
+                print(
+                    f"(b) full silver job:     {total / silver_s:>10,.0f} records/s "
+                    f"({silver_s:.1f}s)"
+                )
+                print(
+                    f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)"
+                )
+                print(f"ratio b/a:               {parse_s / silver_s:.2f}")
+                print(f"ratio c/a:               {parse_s / limit_s:.2f}")
+                print(f"ratio b/c:               {limit_s / silver_s:.2f}", flush=True)
 
-            probe_apis(spark, settings, root / "probe", total)
+                probe_apis(spark, settings, root / "probe", total)
 
             if args.state_sessions:
                 per_sensor = args.state_sessions // 20
@@ -95,7 +106,7 @@ def main() -> None:
                     partitions=4,
                 )
                 state_settings, spark = ingest(root / "state", bootstrap, wide, "wide.", spark)
-                with PeakMemory() as memory:
+                with PeakMemory(spark) as memory:
                     reconstruct.run(spark, state_settings)
                 live = reconstruct.live_state(spark, state_settings)
                 sizes = live.agg(F.count("*").alias("n"), F.sum("state_bytes").alias("b")).first()
@@ -114,6 +125,10 @@ def main() -> None:
                     f"({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
                 )
                 print(f"RocksDB checkpoint dir:  {on_disk / 2**20:,.1f} MiB on disk")
+                print(
+                    f"peak JVM heap in use:    {memory.heap_bytes / 2**30:.2f} GiB "
+                    f"(at most; spark.driver.memory {spark.conf.get('spark.driver.memory')})"
+                )
                 print(
                     f"peak RSS:                JVM {memory.jvm_bytes / 2**30:.2f} GiB "
                     f"(spark.driver.memory {spark.conf.get('spark.driver.memory')}), "

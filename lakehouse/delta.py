@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from functools import reduce
 from typing import TypeVar
 
 from delta.exceptions import (
@@ -25,6 +26,7 @@ from delta.exceptions import (
 )
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse import catalog
 from lakehouse.console import echo
@@ -100,17 +102,32 @@ def merge(
     key: Sequence[str],
     txn: Txn | None = None,
     delete_when: str | None = None,
+    key_ranges: dict[str, tuple[str, str]] | None = None,
 ) -> None:
     """Upsert `rows` into the table at `location` by `key`, setting every column of the
     table from the row's column of the same name.
 
     `delete_when`, a condition on the row (`s.op = 'delete'`), deletes the matching row
-    instead, and such a row is never inserted.
+    instead, and such a row is never inserted. `key_ranges` (column -> its lowest and
+    highest value among `rows`, as Spark casts them to text) bound the target by literals,
+    so that Delta skips the files of a clustered table that cannot match, which a join
+    condition alone does not.
     """
     spark = rows.sparkSession  # foreachBatch hands over a frame of its own session
     target = DeltaTable.forPath(spark, location)
-    values: dict[str, str | Column] = {c: f"s.`{c}`" for c in target.toDF().columns}
-    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+    schema = target.toDF().schema
+    values: dict[str, str | Column] = {c: f"s.`{c}`" for c in schema.names}
+    on = reduce(
+        Column.__and__,
+        [F.col(f"t.`{k}`") == F.col(f"s.`{k}`") for k in key]
+        + [
+            # Text both ways, in the session's time zone: no Python datetime in between.
+            F.col(f"t.`{c}`").between(
+                F.lit(low).cast(schema[c].dataType), F.lit(high).cast(schema[c].dataType)
+            )
+            for c, (low, high) in (key_ranges or {}).items()
+        ],
+    )
     builder = target.alias("t").merge(rows.alias("s"), on)
     if delete_when:
         builder = builder.whenMatchedDelete(delete_when).whenMatchedUpdate(set=values)

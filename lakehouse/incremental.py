@@ -347,15 +347,20 @@ def _lost_changes(error: Exception) -> bool:
 
 
 def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
-    """Upsert `rows` into the table at `target` by `key`; the number of rows upserted."""
+    """Upsert `rows` into the table at `target` by `key`, bounded to the range of keys
+    `rows` hold (gold tables are clustered by key); the number of rows upserted."""
     rows = rows.persist()
     try:
-        count = rows.count()
+        ends = [agg(k).cast("string") for k in key for agg in (F.min, F.max)]
+        bounds = rows.agg(F.count(F.lit(1)), *ends).first()
+        assert bounds is not None
+        count, lows, highs = bounds[0], bounds[1::2], bounds[2::2]
         if count:
-            delta.merge(rows, target, key)
+            ranges = dict(zip(key, zip(lows, highs, strict=True), strict=True))
+            delta.merge(rows, target, key, key_ranges=ranges)
     finally:
         rows.unpersist()
-    return count
+    return int(count)
 
 
 def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: ModelRun) -> None:

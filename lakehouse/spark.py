@@ -52,6 +52,11 @@ def build_spark(
         # RocksDB keeps large session state off the JVM heap, and the transformWithState
         # family refuses any other provider; it cannot be changed on an existing checkpoint.
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # ... and bounded: one block cache and write buffer budget for every state store
+        # instance of the JVM, rather than per instance, so that the process's memory beyond
+        # the heap does not grow with the number of shuffle partitions.
+        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
         "spark.sql.session.timeZone": "UTC",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         "spark.ui.showConsoleProgress": "false",
