@@ -25,7 +25,7 @@ import pkgutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import TypeVar
 
@@ -372,7 +372,7 @@ def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: Mod
         {n: s.table_id for n, s in run.sources.items()},
         run.changed_keys,
         run.rows_written,
-        datetime.now(UTC),
+        datetime.now(UTC) - timedelta(seconds=run.seconds),
         run.seconds,
     )
     delta.append(spark.createDataFrame([row], RUNS.columns), storage.table_uri(RUNS.name))
