@@ -242,18 +242,18 @@ def report(size: Size) -> None:
         )
 
 
-def crossover(results: list[Size]) -> str:
-    """The input size where a full refresh stops being cheaper, interpolated linearly."""
-    for smaller, larger in itertools.pairwise(results):
-        gap_small = min(smaller.full) - min(smaller.incremental)
-        gap_large = min(larger.full) - min(larger.incremental)
-        if gap_small <= 0 < gap_large:
-            share = -gap_small / (gap_large - gap_small)
-            mib = smaller.input_mib + share * (larger.input_mib - smaller.input_mib)
-            return f"~{mib:,.0f} MiB of silver.row_changes (between the sizes measured)"
-    if results and min(results[0].full) > min(results[0].incremental):
-        return f"below {results[0].input_mib:,.1f} MiB (incremental wins at every size measured)"
-    return "above every size measured (full refresh wins at each)"
+def crossover(results: list[Size], model: str = "gold.sensor_hourly") -> str:
+    """The size of `model`'s input (silver.row_changes) where its full refresh stops being
+    cheaper than an incremental run, interpolated linearly: what
+    gold.full_refresh_below_mb should be."""
+    gaps = [(r.input_mib, r.by_model[model][1] - r.by_model[model][0]) for r in results]
+    for (small_mib, small_gap), (large_mib, large_gap) in itertools.pairwise(gaps):
+        if small_gap <= 0 < large_gap:
+            mib = small_mib + -small_gap / (large_gap - small_gap) * (large_mib - small_mib)
+            return f"{model}: ~{mib:,.1f} MiB of silver.row_changes"
+    if gaps and gaps[0][1] > 0:
+        return f"{model}: below {gaps[0][0]:,.1f} MiB (incremental wins at every size measured)"
+    return f"{model}: above every size measured (full refresh wins at each)"
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ import importlib
 import pkgutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import TypeVar
 
@@ -136,18 +137,26 @@ class ModelRun:
     rows_written: int = 0
     seconds: float = 0.0
     sources: dict[str, Source] = field(default_factory=dict)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When the model's run began."""
 
 
-def dependency_order(models: Iterable[Model]) -> list[Model]:
-    """Models so that each comes after the models it reads; ties by name."""
+def dependency_waves(models: Iterable[Model]) -> list[list[Model]]:
+    """Models in waves: a model reads none of its own wave or of later ones (reads outside
+    `models` do not count), so the models of a wave can run at once; ties by name."""
     pending = {m.name: m for m in models}
-    ordered: list[Model] = []
+    waves: list[list[Model]] = []
     while pending:
         ready = sorted(n for n, m in pending.items() if not set(m.reads) & set(pending))
         if not ready:
             raise LakehouseError(f"models read each other in a cycle: {sorted(pending)}")
-        ordered += [pending.pop(n) for n in ready]
-    return ordered
+        waves.append([pending.pop(n) for n in ready])
+    return waves
+
+
+def dependency_order(models: Iterable[Model]) -> list[Model]:
+    """Models so that each comes after the models it reads; ties by name."""
+    return [m for wave in dependency_waves(models) for m in wave]
 
 
 def select(models: Sequence[Model], selectors: Sequence[str]) -> list[Model]:
@@ -191,24 +200,39 @@ def run_models(
     full_below_bytes: int = 0,
     echo: Callable[[str], None] = echo,
 ) -> list[ModelRun]:
-    """Run `models` (already in dependency order), each incrementally unless it cannot be
-    or its inputs are smaller than `full_below_bytes`, where a full refresh is cheaper
-    (`gold.full_refresh_below_mb`)."""
+    """Run `models`, each incrementally unless it cannot be or its inputs are smaller than
+    `full_below_bytes`, where a full refresh is cheaper (`gold.full_refresh_below_mb`).
+
+    Models that do not read each other run at once, in waves: a model's fixed costs are
+    mostly round trips (pinning versions, Delta's log, small Spark jobs), which overlap.
+    The run log gets one row per model, appended once at the end (also when a model
+    failed): a model whose row is lost to a crash is only recomputed next time.
+    """
     delta.create(spark, RUNS, storage.table_uri(RUNS.name))
     run_id, history = new_run_id(), last_versions(spark, storage)
-    runs = []
-    for model in models:
+
+    def run(model: Model) -> ModelRun:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
-        run = run_model(
+        done = run_model(
             spark, storage, model, history.get(model.name), full_refresh, full_below_bytes
         )
-        _record(spark, storage, run_id, run)
-        detail = f", {run.changed_keys:,} keys changed" if run.changed_keys is not None else ""
+        detail = f", {done.changed_keys:,} keys changed" if done.changed_keys is not None else ""
         echo(
-            f"{model.name}: {run.mode}{' (' + run.reason + ')' if run.reason else ''}{detail}, "
-            f"{run.rows_written:,} rows written ({run.seconds:.1f}s)"
+            f"{model.name}: {done.mode}{' (' + done.reason + ')' if done.reason else ''}"
+            f"{detail}, {done.rows_written:,} rows written ({done.seconds:.1f}s)"
         )
-        runs.append(run)
+        return done
+
+    runs: list[ModelRun] = []
+    try:
+        for wave in dependency_waves(models):
+            with ThreadPoolExecutor(max_workers=len(wave)) as pool:
+                futures = [pool.submit(run, model) for model in wave]
+            runs += [f.result() for f in futures if f.exception() is None]
+            if failed := next((f.exception() for f in futures if f.exception()), None):
+                raise failed
+    finally:
+        _record(spark, storage, run_id, runs)
     return runs
 
 
@@ -222,7 +246,7 @@ def run_model(
 ) -> ModelRun:
     """Bring `model`'s table up to its inputs' current versions; `last` is what its last
     run processed (None: it never ran)."""
-    started = time.monotonic()
+    started, started_at = time.monotonic(), datetime.now(UTC)
     target = storage.table_uri(model.name)
     sources = {name: pin(spark, name, storage.table_uri(name)) for name in model.reads}
     inputs = [
@@ -231,7 +255,7 @@ def run_model(
     ]
     delta.create(spark, model.table, target)
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
-    run = ModelRun(model.name, "full", reason, sources=sources)
+    run = ModelRun(model.name, "full", reason, sources=sources, started_at=started_at)
     if not reason:
         assert last is not None
         if not any(s.version > last[n][0] for n, s in sources.items()):
@@ -363,16 +387,22 @@ def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
     return int(count)
 
 
-def _record(spark: SparkSession, storage: StorageSettings, run_id: str, run: ModelRun) -> None:
-    row = (
-        run_id,
-        run.model,
-        run.mode,
-        {n: s.version for n, s in run.sources.items()},
-        {n: s.table_id for n, s in run.sources.items()},
-        run.changed_keys,
-        run.rows_written,
-        datetime.now(UTC) - timedelta(seconds=run.seconds),
-        run.seconds,
-    )
-    delta.append(spark.createDataFrame([row], RUNS.columns), storage.table_uri(RUNS.name))
+def _record(
+    spark: SparkSession, storage: StorageSettings, run_id: str, runs: Sequence[ModelRun]
+) -> None:
+    rows = [
+        (
+            run_id,
+            run.model,
+            run.mode,
+            {n: s.version for n, s in run.sources.items()},
+            {n: s.table_id for n, s in run.sources.items()},
+            run.changed_keys,
+            run.rows_written,
+            run.started_at,
+            run.seconds,
+        )
+        for run in runs
+    ]
+    if rows:
+        delta.append(spark.createDataFrame(rows, RUNS.columns), storage.table_uri(RUNS.name))

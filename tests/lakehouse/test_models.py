@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.incremental import Model, dependency_order, select
+from lakehouse.incremental import Model, dependency_order, dependency_waves, select
 from lakehouse.pipeline import MODELS
 from lakehouse.tables import TableSpec
 
@@ -24,6 +24,19 @@ def test_models_run_after_the_models_they_read() -> None:
     order = names(dependency_order(MODELS))
     assert order.index("gold.sensor_hourly") < order.index("gold.sensor_daily")
     assert set(order) == {"gold.session_summary", "gold.sensor_hourly", "gold.sensor_daily"}
+
+
+def test_models_that_do_not_read_each_other_share_a_wave() -> None:
+    waves = dependency_waves(
+        [model("gold.d", "gold.b", "gold.c"), model("gold.b", "gold.a"), model("gold.c"),
+         model("gold.a", "silver.x")]
+    )  # fmt: skip
+
+    assert [names(wave) for wave in waves] == [["gold.a", "gold.c"], ["gold.b"], ["gold.d"]]
+    # a selection's waves ignore the models it leaves out
+    assert [names(w) for w in dependency_waves(select(MODELS, ["sensor_daily"]))] == [
+        ["gold.sensor_daily"]
+    ]
 
 
 def test_a_plus_after_a_model_selects_it_and_everything_downstream() -> None:
