@@ -10,7 +10,7 @@ themselves: Delta's change feed gives each silver row its commit time, its Kafka
 leads to the record's timestamp in bronze, and `gold.model_runs` says which silver
 version each gold run read and when it ended.
 
-    python -m benchmarks.latency                          # 5,000 records/s for 3 minutes
+    python -m benchmarks.latency                          # 5,000 records/s for 2 minutes
     python -m benchmarks.latency --rate 1000 --seconds 60
 """
 
@@ -43,7 +43,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rate", type=float, default=5000, help="records per second")
-    parser.add_argument("--seconds", type=float, default=180, help="how long to produce")
+    parser.add_argument("--seconds", type=float, default=120, help="how long to produce")
     parser.add_argument("--gold-every", type=float, default=60, help="seconds between gold runs")
     args = parser.parse_args()
     records = int(args.rate * args.seconds)
