@@ -45,6 +45,7 @@ bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python -m benchmarks.silver
 	$(BIN)/python -m benchmarks.quality
 	$(BIN)/python -m benchmarks.gold
+	$(BIN)/python -m benchmarks.latency
 	$(BIN)/python -m benchmarks.platforms
 
 clean: ## stop the embedded services and delete local state (tables, checkpoints, their data)

@@ -4,7 +4,10 @@
 (b) the full silver job: parsing in the JVM, keying, the per-session state machine in
     Python workers, RocksDB state, five Delta tables;
 (c) the platform's stateful limit: the same parsing, keying and state API with trivial
-    per-session work (count the rows, keep the count in state), `noop` sink.
+    per-session work (count the rows, keep the count in state), `noop` sink;
+(d) the same limit in the JVM's state API (`flatMapGroupsWithState`,
+    jvm/src/lakehouse/bench/SessionCount.java): what silver could reach at most with its
+    session machine off Python.
 In-stream validation is off here (benchmarks/quality.py measures it).
 Prints records/s for each and the ratio b/a, then the state size of 10,000 live sessions,
 and a probe of the two Python state APIs doing the same per-session work.
@@ -49,6 +52,9 @@ def main() -> None:
     parser.add_argument(
         "--state-only", action="store_true", help="only the state size and memory section"
     )
+    parser.add_argument(
+        "--driver-memory", help="spark.driver.memory for the run (default: conf/base.yaml's)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-silver-") as tmp:
@@ -59,7 +65,9 @@ def main() -> None:
             spark: SparkSession | None = None
             if not args.state_only:
                 spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
-                settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", spark)
+                settings, spark = ingest(
+                    root / "main", bootstrap, spec, "sensors.", spark, args.driver_memory
+                )
                 total = (
                     spark.read.format("delta")
                     .load(settings.storage.table_uri("bronze.sensor_records"))
@@ -71,6 +79,9 @@ def main() -> None:
                 )
                 limit_s = best_of(
                     2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}")
+                )
+                jvm_limit_s = best_of(
+                    2, lambda n: time_jvm_stateful_limit(spark, settings, root / f"jvm-{n}")
                 )
                 silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
                 print(
@@ -87,9 +98,14 @@ def main() -> None:
                 print(
                     f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)"
                 )
+                print(
+                    f"(d) stateful limit, JVM: {total / jvm_limit_s:>10,.0f} records/s "
+                    f"({jvm_limit_s:.1f}s)"
+                )
                 print(f"ratio b/a:               {parse_s / silver_s:.2f}")
                 print(f"ratio c/a:               {parse_s / limit_s:.2f}")
-                print(f"ratio b/c:               {limit_s / silver_s:.2f}", flush=True)
+                print(f"ratio b/c:               {limit_s / silver_s:.2f}")
+                print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}", flush=True)
 
                 probe_apis(spark, settings, root / "probe", total)
 
@@ -105,7 +121,9 @@ def main() -> None:
                     end_sessions=False,
                     partitions=4,
                 )
-                state_settings, spark = ingest(root / "state", bootstrap, wide, "wide.", spark)
+                state_settings, spark = ingest(
+                    root / "state", bootstrap, wide, "wide.", spark, args.driver_memory
+                )
                 with PeakMemory(spark) as memory:
                     reconstruct.run(spark, state_settings)
                 live = reconstruct.live_state(spark, state_settings)
@@ -139,10 +157,20 @@ def main() -> None:
 
 
 def ingest(
-    root: Path, bootstrap: str, spec: TrafficSpec, prefix: str, spark: SparkSession | None
+    root: Path,
+    bootstrap: str,
+    spec: TrafficSpec,
+    prefix: str,
+    spark: SparkSession | None,
+    driver_memory: str | None = None,
 ) -> tuple[Settings, SparkSession]:
+    memory = {"spark__driver_memory": driver_memory} if driver_memory else {}
     settings = run_settings(
-        root / "lake", bootstrap, kafka__topic_prefix=prefix, silver__max_files_per_trigger="40"
+        root / "lake",
+        bootstrap,
+        kafka__topic_prefix=prefix,
+        silver__max_files_per_trigger="40",
+        **memory,
     )
     spec = replace(spec, topic_prefix=prefix)
     print(
@@ -211,6 +239,15 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
         GroupStateTimeout.NoTimeout,
     )
     return time_to_noop(counted, checkpoint)
+
+
+def time_jvm_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
+    """(c) with the per-session work and state in the JVM instead of Python workers."""
+    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    jvm = spark._jvm
+    assert jvm is not None
+    counted = jvm.lakehouse.bench.SessionCount.bySession(parsed._jdf)
+    return time_to_noop(DataFrame(counted, spark), checkpoint)
 
 
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:

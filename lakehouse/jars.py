@@ -83,7 +83,7 @@ SQL_EXTENSION_CLASS = "lakehouse.sql.ReadOnlyExtension"
 
 def sql_extension() -> Path:
     """The jar of the project's own JVM classes (`jvm/src`): the read-only guard of `lakehouse
-    sql` and the SQL server, and silver's `JsonKeys`."""
+    sql` and the SQL server, silver's `JsonKeys`, and a probe of `benchmarks/silver.py`."""
     if not SQL_EXTENSION_JAR.exists():
         raise LakehouseError(f"{SQL_EXTENSION_JAR} is missing; run `make setup`")
     return SQL_EXTENSION_JAR
