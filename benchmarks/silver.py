@@ -7,7 +7,11 @@
     per-session work (count the rows, keep the count in state), `noop` sink;
 (d) the same limit in the JVM's state API (`flatMapGroupsWithState`,
     jvm/src/lakehouse/bench/SessionCount.java): what silver could reach at most with its
-    session machine off Python.
+    session machine off Python;
+(e) silver's writes alone: its tables written, batch by batch as (b) wrote them, from rows
+    already computed and held in memory (the rows (b) wrote, read back): what the tables
+    cost whatever computes them. a / (d + e) bounds what any design keeping these tables
+    can reach here.
 In-stream validation is off here (benchmarks/quality.py measures it).
 Prints records/s for each and the ratio b/a, then the state size of 10,000 live sessions,
 and a probe of the two Python state APIs doing the same per-session work.
@@ -32,11 +36,12 @@ from pyspark.sql import functions as F
 
 from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
+from lakehouse import delta
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings
 from lakehouse.spark import build_spark
-from silver import reconstruct
+from silver import reconstruct, row_changes, session_rows, sessions
 from silver.parsing import parse_records
 
 PROTOCOL = (
@@ -84,6 +89,9 @@ def main() -> None:
                     2, lambda n: time_jvm_stateful_limit(spark, settings, root / f"jvm-{n}")
                 )
                 silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
+                writes_s = best_of(
+                    2, lambda n: time_silver_writes(spark, root / "silver-0", root / f"writes-{n}")
+                )
                 print(
                     f"\nbronze records:          {total:,} "
                     f"({args.sensors * args.sessions:,} concurrent sessions)"
@@ -102,10 +110,17 @@ def main() -> None:
                     f"(d) stateful limit, JVM: {total / jvm_limit_s:>10,.0f} records/s "
                     f"({jvm_limit_s:.1f}s)"
                 )
+                print(
+                    f"(e) silver's writes:     {total / writes_s:>10,.0f} records/s "
+                    f"({writes_s:.1f}s)"
+                )
                 print(f"ratio b/a:               {parse_s / silver_s:.2f}")
                 print(f"ratio c/a:               {parse_s / limit_s:.2f}")
                 print(f"ratio b/c:               {limit_s / silver_s:.2f}")
-                print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}", flush=True)
+                print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}")
+                print(
+                    f"ratio a/(d+e), at most:  {parse_s / (jvm_limit_s + writes_s):.2f}", flush=True
+                )
 
                 probe_apis(spark, settings, root / "probe", total)
 
@@ -261,6 +276,40 @@ def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
     started = time.perf_counter()
     reconstruct.run(spark, fresh)
     return time.perf_counter() - started
+
+
+def time_silver_writes(spark: SparkSession, finished: Path, root: Path) -> float:
+    """(e): the writes of a finished silver run (under `finished`) again, into new tables
+    under `root`, batch by batch, from its rows read back and held in memory. Each batch
+    writes what the job writes: its row changes, the latest of them merged into
+    `silver.session_rows`, and the sessions it touched (here their final rows) merged into
+    `silver.sessions`; the job's other tables were empty in (b)."""
+    source, target = run_settings(finished), run_settings(root)
+
+    def read(table: str) -> DataFrame:
+        return spark.read.format("delta").load(source.storage.table_uri(table))
+
+    changes = read(row_changes.NAME)
+    touched = read(sessions.NAME).persist()
+    batches = []
+    for (batch_id,) in changes.select("batch_id").distinct().orderBy("batch_id").collect():
+        batch = changes.where(F.col("batch_id") == batch_id).persist()
+        latest = session_rows.latest_changes(batch).persist()
+        batches.append((batch, latest, delta.Txn("bench", batch_id)))
+    for frame in (touched, *(f for batch, latest, _ in batches for f in (batch, latest))):
+        frame.count()
+    uri = {spec.name: target.storage.table_uri(spec.name) for spec in reconstruct.TABLES}
+    started = time.perf_counter()
+    for spec in reconstruct.TABLES:
+        delta.create(spark, spec, uri[spec.name])
+    for batch, latest, txn in batches:
+        delta.append(batch, uri[row_changes.NAME], txn)
+        session_rows.write(batch, uri[session_rows.NAME], txn, latest)
+        sessions.write(touched, uri[sessions.NAME], txn)
+    seconds = time.perf_counter() - started
+    for frame in (touched, *(f for batch, latest, _ in batches for f in (batch, latest))):
+        frame.unpersist()
+    return seconds
 
 
 def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) -> None:

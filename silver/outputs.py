@@ -1,14 +1,19 @@
 """The rows silver's state function emits: one shape, derived from the tables they feed.
 
-Each output row is a row of one table (`output` names it), in that table's columns. A
-column several tables share has one type in all of them, so one wide shape carries all
-four: nothing here names a column by hand. Two things differ from the tables: times
-travel as microseconds since the epoch (`timestamp_micros` cannot fail on content, as a
-string cast can), and the batch id, which only the writer knows, is added on the way out.
+Each output row is a row of one table (`output` names it). Nearly all are row changes, so
+the shape is `silver.row_changes`' columns, typed; a row of another table fills the
+columns it shares with them and carries the rest as JSON text in `other`. Such rows are
+few (a summary per touched session, rejected records, trace steps), while columns of their
+own would be null on every row change and still cost the Arrow transfer and the batch's
+cache. Two things differ from the tables: times travel as microseconds since the epoch
+(`timestamp_micros` cannot fail on content, as a string cast can), and the batch id,
+which only the writer knows, is added on the way out.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import numpy as np
@@ -37,16 +42,22 @@ LATEST = "latest"
 ordinal), the one `silver.session_rows` is merged with."""
 
 
+OTHER = "other"
+"""Beside the shared columns, a row of a table other than `silver.row_changes`: its other
+columns, as a JSON object (bytes in base64)."""
+
+
 def _shape() -> dict[str, str]:
     shape = {"output": "STRING", LATEST: "BOOLEAN"}
+    for column in columns_of(row_changes.TABLE.columns):
+        if not _written_by_the_writer(column):
+            shape[column.name] = _carried_as(column)
     for spec in TABLES:
         for column in columns_of(spec.columns):
-            if _written_by_the_writer(column):
-                continue
-            kind = shape.setdefault(column.name, _carried_as(column))
-            if kind != _carried_as(column):
+            kind = shape.get(column.name)
+            if kind is not None and kind != _carried_as(column):
                 raise TypeError(f"{spec.name}.{column.name} is {column.type}, elsewhere {kind}")
-    return shape
+    return {**shape, OTHER: "STRING"}
 
 
 SHAPE = _shape()
@@ -56,20 +67,54 @@ DTYPES = {name: _PANDAS.get(kind, "object") for name, kind in SHAPE.items()}
 """Pandas types that Arrow converts to SCHEMA exactly."""
 
 
+def _others() -> dict[str, str]:
+    """Every column that travels in `other`, with its carried type."""
+    return {
+        c.name: _carried_as(c)
+        for spec in TABLES
+        for c in columns_of(spec.columns)
+        if c.name not in SHAPE and not _written_by_the_writer(c)
+    }
+
+
+OTHERS = _others()
+
+
 def to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Output rows as a frame typed inside the state function, where a failure can still
     become a violation, not after it."""
     # Column by column: a frame built from rows infers float64 for an integer column that
     # holds a None, and 2^63 - 1 does not survive the trip through a double.
     present = {name for row in rows for name in row}
-    return pd.DataFrame(
-        {
-            name: pd.array([row.get(name) for row in rows], dtype=dtype)
-            if name in present
-            else _column(None, len(rows), dtype)
-            for name, dtype in DTYPES.items()
-        }
+    columns = {
+        name: pd.array([row.get(name) for row in rows], dtype=dtype)
+        if name in present
+        else _column(None, len(rows), dtype)
+        for name, dtype in DTYPES.items()
+        if name != OTHER
+    }
+    for name in present & OTHERS.keys():  # typed too, for the same reason, then dropped
+        pd.array([row.get(name) for row in rows], dtype=_PANDAS.get(OTHERS[name], "object"))
+    columns[OTHER] = pd.array([_other(row) for row in rows], dtype="object")
+    return pd.DataFrame(columns)
+
+
+def _other(row: dict[str, Any]) -> str | None:
+    found = {
+        name: base64.b64encode(value).decode() if isinstance(value, bytes) else value
+        for name, value in row.items()
+        if name in OTHERS
+    }
+    return (
+        json.dumps(found, allow_nan=False, separators=(",", ":"), default=_plain) if found else None
     )
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value JSON can write; anything else is a type error."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a column value")
 
 
 def frame(columns: dict[str, Any], length: int) -> pd.DataFrame:
@@ -98,13 +143,20 @@ def _column(values: Any, length: int, dtype: str) -> Any:
 
 def select(outputs: DataFrame, spec: TableSpec, batch_id: int) -> DataFrame:
     """The rows of `spec`'s table among the outputs, in its columns and types."""
+    carried = {c.name: OTHERS[c.name] for c in columns_of(spec.columns) if c.name in OTHERS}
+    other = F.from_json(
+        OTHER, ", ".join(f"`{n}` {'STRING' if t == 'BINARY' else t}" for n, t in carried.items())
+    )
 
     def column(c: Column) -> SparkColumn:
         if _written_by_the_writer(c):
             return F.lit(batch_id).cast("bigint").alias(c.name)
+        value = F.col(c.name) if c.name in SHAPE else other[c.name]
         if c.type == "TIMESTAMP":
-            return F.timestamp_micros(c.name).alias(c.name)
-        return F.col(c.name)
+            return F.timestamp_micros(value).alias(c.name)
+        if c.type == "BINARY":
+            return F.unbase64(value).alias(c.name)
+        return value.alias(c.name)
 
     rows = outputs.where(F.col("output") == spec.name)
     return rows.select(*[column(c) for c in columns_of(spec.columns)])

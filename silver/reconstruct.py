@@ -10,6 +10,7 @@ transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
@@ -213,22 +214,34 @@ def run(
                 admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
                 gate.commit()
                 changes = admitted[row_changes.NAME]
-                delta.append(changes, uri[row_changes.NAME], txn)
-                transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
-                # Most batches reject nothing and trace nothing: a commit of no rows
-                # costs as much as a small one (a replay finds them empty again).
-                for rows, spec in ((admitted[violations.NAME], violations.TABLE),
-                                   (transitions, state_transitions.TABLE)):  # fmt: skip
-                    if not rows.isEmpty():
-                        delta.append(rows, uri[spec.name], txn)
-                # The workers marked each row's last change; a gate that quarantined
-                # some changes leaves the rest to be ranked again.
-                latest = None
-                if changes is selected[row_changes.NAME]:
-                    marked = batch.where(F.col(outputs.LATEST))
-                    latest = outputs.select(marked, row_changes.TABLE, txn.version)
-                session_rows.write(changes, uri[session_rows.NAME], txn, latest)
-                sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
+
+                def appends() -> None:
+                    delta.append(changes, uri[row_changes.NAME], txn)
+                    transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
+                    # Most batches reject nothing and trace nothing: a commit of no rows
+                    # costs as much as a small one (a replay finds them empty again).
+                    for rows, spec in ((admitted[violations.NAME], violations.TABLE),
+                                       (transitions, state_transitions.TABLE)):  # fmt: skip
+                        if not rows.isEmpty():
+                            delta.append(rows, uri[spec.name], txn)
+
+                def merges() -> None:
+                    # The workers marked each row's last change; a gate that quarantined
+                    # some changes leaves the rest to be ranked again.
+                    latest = None
+                    if changes is selected[row_changes.NAME]:
+                        marked = batch.where(F.col(outputs.LATEST))
+                        latest = outputs.select(marked, row_changes.TABLE, txn.version)
+                    session_rows.write(changes, uri[session_rows.NAME], txn, latest)
+                    sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
+
+                # The tables are independent: while one thread appends, the other merges,
+                # so that each one's planning and commits overlap the other's work. Both
+                # write under the batch's one transaction (the MERGEs read theirs from
+                # session settings), so neither can give the other a wrong one.
+                with ThreadPoolExecutor(max_workers=2) as pool:
+                    for written in [pool.submit(appends), pool.submit(merges)]:
+                        written.result()
             finally:
                 batch.unpersist()
             after_batch(txn.version, held)
