@@ -63,9 +63,12 @@ _WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_F
 
 def _storage_unreachable(text: str) -> str | None:
     """S3A's words for an object store that does not answer: what it tried, on which path."""
-    # `listObjects() on s3a://bucket/key`, or a call on a bare key: `copyFile(a, b) on key`
+    # `listObjects() on s3a://bucket/key`, or a call on a bare key: `copyFile(a, b) on key`;
+    # S3A's exception class names it, or a stream's failure quotes it without its class.
     call = re.search(
-        r"java\.net\.\w+Exception: (\w+)(?:\([^)]*\))? on ((?:s3a://)?[^:\s]+): ", text
+        r"(?:java\.net\.\w+Exception|terminated with exception): "
+        r"(\w+)(?:\([^)]*\))? on ((?:s3a://)?[^:\s]+): ",
+        text,
     )
     if call is None or "Unable to execute HTTP request" not in text:
         return None  # e.g. no credentials: the general rules name it

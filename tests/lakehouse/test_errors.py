@@ -48,6 +48,20 @@ def test_a_store_gone_while_a_checkpoint_is_copied_is_named_as_well() -> None:
     )
 
 
+def test_a_store_gone_under_a_streams_own_checkpoint_is_named_as_well() -> None:
+    # A failure of the stream itself (not of a batch) quotes S3A's words without the class.
+    offsets = (
+        "[STREAM_FAILED] Query [id = c410, runId = 7f3c] terminated with exception: "
+        "getFileStatus on s3a://lake/_checkpoints/bronze/sensor_records/offsets: software.amazon."
+        "awssdk.core.exception.SdkClientException: Unable to execute HTTP request: Connect to "
+        "127.0.0.1:38213 [/127.0.0.1] failed: Connection refused:    software.amazon.awssdk\n"
+    )
+    assert explain(offsets) == (
+        "object storage at 127.0.0.1:38213 did not answer getFileStatus() on "
+        "s3a://lake/_checkpoints/bronze/sensor_records/offsets: is the S3 server up?"
+    )
+
+
 def test_a_kafka_timeout_names_the_broker_and_an_sdk_stage_called_timeout_does_not() -> None:
     kafka = STREAM_FAILED + (
         "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
