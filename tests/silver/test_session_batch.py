@@ -19,9 +19,11 @@ from silver.session_machine import (
     IntegrityError,
     Mode,
     Policy,
+    Reason,
     Record,
     SessionMachine,
     SessionState,
+    Violation,
 )
 from tests.silver.test_session_machine import delete, end, raw, rec, snapshot, upsert, vals
 
@@ -223,6 +225,29 @@ def test_an_error_typing_a_sessions_output_makes_its_records_internal_violations
     assert frame["reason"].tolist() == ["internal", "internal"]
     assert frame["offset"].tolist() == [r.lineage.offset for r in records]
     assert "handling the session's batch failed" in frame["detail"][0]
+
+
+class RejectsWithAnUntypedSeq(SessionMachine):
+    """A bug past the per-record guard in a column that travels as JSON (`other`)."""
+
+    def process(self, state: SessionState, records):  # type: ignore[no-untyped-def]
+        out = super().process(state, records)
+        first = records[0]
+        out.violations.append(
+            Violation("s1", "a", Reason.GAP, "", "many", None, first.lineage, None)  # type: ignore[arg-type]
+        )
+        return out
+
+
+def test_a_value_carried_as_json_is_typed_in_the_state_function_as_well() -> None:
+    records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
+    frames, keep = session_batch.judge(
+        RejectsWithAnUntypedSeq(), SessionState("s1"), rows_of(records, plain=False), "a"
+    )
+    frame = expanded(frames)
+
+    assert not keep
+    assert frame["reason"].tolist() == ["internal", "internal"]
 
 
 def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
