@@ -1,12 +1,20 @@
 """Errors a person reads: one line that says what happened and where.
 
-`explain` is the one place that turns a failure's text (a Spark or Py4J trace, a worker's
-traceback, a tool's stderr) into that line.
+`explain` is the one place that turns a failure into that line, and it reads the failure
+by its cause: the chain of Java exceptions behind a PySpark error (the query's exception,
+`Py4JJavaError.java_exception`, every `getCause()` and suppressed exception), classified by
+exception class and the service it addresses. Text is read only where Spark hands over
+nothing else: a Python traceback (a worker's, or one raised in `foreachBatch`) and a tool's
+stderr. Even there the Java exceptions a trace prints (`Caused by: <class>: <message>`)
+are read back into the same chain, so that one set of rules judges both.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 
 class LakehouseError(Exception):
@@ -17,30 +25,63 @@ class SettingsError(LakehouseError):
     """Configuration that cannot be used: names the key and the file it came from."""
 
 
+class Explained(LakehouseError):
+    """A failure explained where its cause chain was at hand (e.g. inside a micro-batch,
+    before Spark turns it into a Python traceback's text): its message is the line."""
+
+
+@dataclass(frozen=True)
+class Thrown:
+    """One exception of a failure's cause chain, outermost first."""
+
+    name: str
+    """Its class, fully qualified: `java.net.ConnectException`, `lakehouse.lease.LeaseRefused`."""
+    message: str
+    condition: str | None = None
+    """Spark's error condition (`CAST_INVALID_INPUT`) when it is a `SparkThrowable`."""
+
+
 def explain(error: BaseException | str, checkpoint: str = "its checkpoint") -> str:
     """The one line of a failure that says what happened: never only a query's id, which
     is all Spark's own first line of a stream failure names."""
-    text = error if isinstance(error, str) else _text(error)
-    if re.search(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH", text):
-        return (
-            f"the state in {checkpoint} was written with another state schema than this "
-            "code uses; state cannot be migrated in place: move the checkpoint aside and "
-            "rerun to rebuild from the upstream table on a new checkpoint. Spark said: "
-            + first_line(text.split("exception: ")[-1])
-        )
-    if re.search(r"KAFKA_DATA_LOSS|OffsetOutOfRange|Some data may have been lost", text):
-        return (
-            "Kafka no longer has offsets this stream has not read yet (aged out by retention "
-            "or the topic was deleted); nothing was skipped. Reset deliberately by moving "
-            "the checkpoint aside. Spark said: " + first_line(text)
-        )
-    if re.search(r"org\.apache\.kafka\S*TimeoutException|Timed out waiting for a node", text):
-        return "Kafka did not answer in time (is the broker up?): " + first_line(text)
-    if unreachable := _storage_unreachable(text):
-        return unreachable
-    if "read-only: " in text:  # refused by the SQL extension: its own words suffice
-        return "read-only: " + text.split("read-only: ", 1)[1].splitlines()[0]
-    return _own_error(text) or _spark_error(text) or _python_error(text) or first_line(text)
+    chain = cause_chain(error)
+    return describe(chain, checkpoint) or first_line(error)
+
+
+def cause_chain(error: BaseException | str) -> list[Thrown]:
+    """Every exception behind `error`: walked in the JVM when it came from there, else read
+    from the traces its text prints; the Python traces inside a Java message are read too."""
+    if isinstance(error, str):
+        return parse_trace(error)
+    java = _java_exception(error)
+    if java is None:
+        kind = type(error)
+        return [
+            Thrown(f"{kind.__module__}.{kind.__qualname__}", str(error)),
+            *parse_trace(_text(error)),
+        ]
+    chain = []
+    for thrown in _walk(java):
+        # Spark gives a Python failure (in foreachBatch, in a worker) as its traceback's
+        # text, inside the message of whichever Java exception carries it.
+        chain += [thrown, *parse_trace(thrown.message)]
+    return chain
+
+
+def describe(chain: list[Thrown], checkpoint: str = "its checkpoint") -> str | None:
+    """The line for a cause chain, by the first rule that knows it; None if none does."""
+    for rule in (
+        _state_schema,
+        _own_error,
+        _kafka_data_loss,
+        _unreachable,
+        _kafka,
+        _spark_condition,
+        _python_error,
+    ):
+        if line := rule(chain, checkpoint):
+            return line[:500]
+    return None
 
 
 def first_line(error: BaseException | str) -> str:
@@ -49,60 +90,190 @@ def first_line(error: BaseException | str) -> str:
     return lines[0][:500] if lines else "unknown error"
 
 
+def parse_trace(text: str) -> list[Thrown]:
+    """The exceptions a printed trace names, in its order: Java's `<class>: <message>`,
+    `Caused by:` and `Suppressed:` lines, py4j's `: <class>: ...` and Python's own
+    `<module>.<Class>: <message>` lines."""
+    found = []
+    for name, message in _TRACE_LINE.findall(text):
+        if name.endswith(_EXCEPTION_SUFFIXES) or name.startswith(_OWN_PACKAGES):
+            found.append(Thrown(name, message.strip(), _condition_of(message)))
+    return found
+
+
+def _condition_of(message: str) -> str | None:
+    """Spark's condition as every SparkThrowable's message opens: `[CONDITION] ...`."""
+    found = re.match(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\] ", message)
+    return found[1] if found else None
+
+
+_TRACE_LINE = re.compile(
+    r"^\s*(?:Caused by: |Suppressed: |: )?((?:[A-Za-z_$][\w$]*\.)*[A-Z][\w$]*): (.*)$", re.M
+)
+_EXCEPTION_SUFFIXES = ("Exception", "Error", "Throwable")
+_OWN_PACKAGES = ("lakehouse.", "bronze.", "silver.", "gold.")
+# Spark's wrappers name where an error surfaced, not what it was.
+_WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_FAILED")
+# Classes that mean a service did not answer: refused, unreachable, or gone mid-request.
+_NO_ANSWER = (
+    "java.net.ConnectException",
+    "java.net.NoRouteToHostException",
+    "java.net.UnknownHostException",
+    "java.net.SocketTimeoutException",
+    "java.net.SocketException",
+    "org.apache.http.conn.HttpHostConnectException",
+    "org.apache.http.conn.ConnectTimeoutException",
+    "org.apache.http.NoHttpResponseException",
+)
+# The SQL guard (jvm/src/lakehouse/sql) refuses a plan with this class, worded `read-only: `.
+_GUARD = "java.lang.UnsupportedOperationException"
+_STATE_SCHEMA = re.compile(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH\w*")
+_S3_CLIENT = ("org.apache.hadoop.fs.s3a.", "software.amazon.awssdk.")
+
+
+def _state_schema(chain: list[Thrown], checkpoint: str) -> str | None:
+    found = _first(t for t in chain if _STATE_SCHEMA.fullmatch((t.condition or "").split(".")[0]))
+    if found is None:
+        return None
+    return (
+        f"the state in {checkpoint} was written with another state schema than this code "
+        "uses; state cannot be migrated in place: move the checkpoint aside and rerun to "
+        "rebuild from the upstream table on a new checkpoint. Spark said: "
+        + first_line(found.message)
+    )
+
+
+def _own_error(chain: list[Thrown], _checkpoint: str) -> str | None:
+    """The project's own errors say what happened in their own words; raised in a worker
+    or in a batch, they reach here as a Python traceback's lines (the last is the latest)."""
+    refused = _first(t for t in chain if t.name == _GUARD and t.message.startswith("read-only: "))
+    if refused is not None:
+        return first_line(refused.message)
+    own = [t for t in chain if t.name.startswith(_OWN_PACKAGES)]
+    if not own:
+        return None
+    last = own[-1]
+    if last.name == f"{__name__}.{Explained.__name__}":
+        return last.message
+    return f"{last.name.rsplit('.', 1)[-1]}: {last.message}"
+
+
+def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
+    found = _first(
+        t
+        for t in chain
+        if (t.condition or "").startswith("KAFKA_DATA_LOSS")
+        or t.name.endswith(".OffsetOutOfRangeException")
+        # Spark's Kafka source reports a loss as a bare IllegalStateException: its words.
+        or "Some data may have been lost" in t.message
+    )
+    if found is None:
+        return None
+    return (
+        "Kafka no longer has offsets this stream has not read yet (aged out by retention or "
+        "the topic was deleted); nothing was skipped. Reset deliberately by moving the "
+        "checkpoint aside. Spark said: " + first_line(found.message)
+    )
+
+
+def _unreachable(chain: list[Thrown], _checkpoint: str) -> str | None:
+    """A service that did not answer, named by the client that called it."""
+    silent = [t for t in chain if t.name in _NO_ANSWER]
+    if not silent:
+        return None
+    if any(t.name.startswith(_S3_CLIENT) or "s3a://" in t.message for t in chain):
+        return _storage_unreachable(chain, silent)
+    if any(t.name.startswith("org.apache.kafka.") for t in chain):
+        return f"the Kafka broker did not answer (is it up?): {silent[-1].message}"
+    return None
+
+
+def _storage_unreachable(chain: list[Thrown], silent: list[Thrown]) -> str:
+    # Where and what, from the messages: the HTTP client names the address it tried, S3A
+    # words every failure it translates as `<operation> on <path>: <cause>`.
+    address = _first(m[1] for t in chain if (m := re.search(r"Connect to (\S+)", t.message)))
+    call = _first(
+        m
+        for t in chain
+        if (t.name in _NO_ANSWER or t.name.startswith(_S3_CLIENT) or "s3a://" in t.message)
+        and (m := re.match(r"(?:.*terminated with exception: )?(.+?) on (\S+): ", t.message))
+    )
+    where = f" at {address}" if address else ""
+    what = ""
+    if call is not None:
+        operation = re.sub(r"^(\w+)\(.*\)$", r"\1()", call[1])
+        what = f" {operation} on {call[2]}"
+    why = f" ({silent[-1].message.strip()})" if silent[-1].message.strip() else ""
+    return f"object storage{where} did not answer{what}{why}: is the S3 server up?"
+
+
+def _kafka(chain: list[Thrown], _checkpoint: str) -> str | None:
+    kafka = [t for t in chain if t.name.startswith("org.apache.kafka.")]
+    if not kafka:
+        return None
+    if any(t.name == "org.apache.kafka.common.errors.TimeoutException" for t in kafka):
+        return "Kafka did not answer in time (is the broker up?): " + first_line(kafka[-1].message)
+    return f"Kafka: {kafka[-1].name.rsplit('.', 1)[-1]}: {first_line(kafka[-1].message)}"
+
+
+def _spark_condition(chain: list[Thrown], _checkpoint: str) -> str | None:
+    """`[CONDITION] message` of the innermost Spark error that is not a wrapper."""
+    found = [t for t in chain if t.condition and t.condition not in _WRAPPERS]
+    if not found:
+        return None
+    message = first_line(found[-1].message)
+    message = re.sub(r"^\[[A-Z0-9_.]+\] ", "", message).split(" SQLSTATE:")[0].strip()
+    return f"[{found[-1].condition}] {message}"
+
+
+def _python_error(chain: list[Thrown], _checkpoint: str) -> str | None:
+    """The `SomeError: message` a Python worker, a tool or foreachBatch raised last."""
+    useful = [
+        t
+        for t in chain
+        if not t.name.startswith(("py4j.", "org.apache.spark.", "java.lang.reflect."))
+        and not t.name.endswith(("Py4JJavaError", "PythonException", "StreamingQueryException"))
+    ]
+    if not useful:
+        return None
+    return f"{useful[-1].name.rsplit('.', 1)[-1]}: {first_line(useful[-1].message)}"
+
+
+def _java_exception(error: BaseException) -> Any:
+    """The JVM's exception behind a PySpark error: a captured one keeps it as `_origin`,
+    a `Py4JJavaError` as `java_exception`."""
+    return getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+
+
+def _walk(java: Any, limit: int = 64) -> Iterator[Thrown]:
+    """Breadth first through causes and suppressed exceptions, each once."""
+    from py4j.protocol import Py4JError
+
+    pending, seen = [java], set[int]()
+    while pending and len(seen) < limit:
+        thrown = pending.pop(0)
+        identity = thrown.hashCode()  # Throwable does not override it: identity in the JVM
+        if identity in seen:
+            continue
+        seen.add(identity)
+        message = str(thrown.getMessage() or "")
+        try:
+            condition = thrown.getCondition() or _condition_of(message)  # a SparkThrowable
+        except Py4JError:
+            # A task's failure reaches the driver as another class quoting it.
+            condition = _condition_of(message)
+        yield Thrown(thrown.getClass().getName(), message, condition)
+        if (cause := thrown.getCause()) is not None:
+            pending.append(cause)
+        pending.extend(thrown.getSuppressed())
+
+
 def _text(error: BaseException) -> str:
-    # A PySpark error's own message first, then everything str() gives (its JVM trace, where
-    # a cause such as the SQL extension's refusal may be all that names what happened).
+    # A PySpark error's own message first, then everything str() gives (its JVM trace).
     message = getattr(error, "getMessage", None)
     own = str(message()) if callable(message) else ""
     return "\n".join(part for part in (own, str(error)) if part) or type(error).__name__
 
 
-# Spark's wrappers name where an error surfaced, not what it was.
-_WRAPPERS = ("STREAM_FAILED", "FOREACH_BATCH_USER_FUNCTION_ERROR", "TASK_WRITE_FAILED")
-
-
-def _storage_unreachable(text: str) -> str | None:
-    """S3A's words for an object store that does not answer: what it tried, on which path."""
-    # `listObjects() on s3a://bucket/key`, or a call on a bare key: `copyFile(a, b) on key`;
-    # S3A's exception class names it, or a stream's failure quotes it without its class.
-    call = re.search(
-        r"(?:java\.net\.\w+Exception|terminated with exception): "
-        r"(\w+)(?:\([^)]*\))? on ((?:s3a://)?[^:\s]+): ",
-        text,
-    )
-    if call is None or "Unable to execute HTTP request" not in text:
-        return None  # e.g. no credentials: the general rules name it
-    address = re.search(r"Connect to (\S+)", text)
-    reason = re.findall(r"Caused by: java\.net\.\w+Exception: ([^\n]+)", text)
-    where = f" at {address[1]}" if address else ""
-    why = f" ({reason[-1].strip()})" if reason else ""
-    return (
-        f"object storage{where} did not answer {call[1]}() on {call[2]}{why}: is the S3 server up?"
-    )
-
-
-def _own_error(text: str) -> str | None:
-    """The project's own one-line errors, raised in a worker or in foreachBatch: Python
-    names them by module, e.g. `lakehouse.lease.LeaseRefused: ...`."""
-    found = re.findall(r"^(?:lakehouse|bronze|silver|gold)\.[\w.]*?(\w+: .+)$", text, re.MULTILINE)
-    return found[-1].strip()[:500] if found else None
-
-
-def _spark_error(text: str) -> str | None:
-    """`[ERROR_CLASS] message` of the innermost Spark error that is not a wrapper."""
-    found = [
-        (name, message)
-        for name, message in re.findall(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\] ([^\n]+)", text)
-        if name not in _WRAPPERS
-    ]
-    if not found:
-        return None
-    name, message = found[-1]
-    return f"[{name}] {message.split(' SQLSTATE:')[0].strip()}"[:500]
-
-
-def _python_error(text: str) -> str | None:
-    """The `SomeError: message` line a Python worker, a tool or foreachBatch raised."""
-    found = re.findall(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception): .+)$", text, flags=re.MULTILINE)
-    useful = [line for line in found if not line.startswith(("Py4JJavaError", "PythonException"))]
-    return useful[-1].strip()[:500] if useful else None
+def _first(items: Iterator[Any]) -> Any:
+    return next(items, None)

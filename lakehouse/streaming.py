@@ -15,7 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from lakehouse.console import echo
 from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.errors import Explained, LakehouseError, explain
 from lakehouse.lease import Held
 from lakehouse.spark import TRACE_FILE
 
@@ -41,7 +41,14 @@ def run_foreach_batch(
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         started.wait()  # the query id is known only once start() has returned
-        write(batch, Txn(query_id[0], batch_id))
+        try:
+            write(batch, Txn(query_id[0], batch_id))
+        except LakehouseError:
+            raise
+        except Exception as error:
+            # Explained here, where the JVM's exception is at hand: Spark passes a batch's
+            # failure on as the text of its Python traceback.
+            raise Explained(explain(error, checkpoint)) from error
 
     writer = (
         frame.writeStream.queryName(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import time
@@ -196,45 +195,6 @@ def start_continuous(env: dict[str, str]) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-@pytest.mark.faults
-def test_sigkill_mid_run_then_restart_leaves_every_record_exactly_once(
-    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    prefix = "kill.sensors."
-    report = produce(
-        spec(prefix, sessions_per_sensor=4, updates_per_session=150, faults=FAULTS), kafka_bootstrap
-    )
-    env = overrides(
-        tmp_path,
-        kafka_bootstrap,
-        prefix,
-        bronze__max_offsets_per_trigger="150",
-        bronze__trigger_interval="0 seconds",
-    )
-    table = tmp_path / "lake" / "bronze" / "sensor_records"
-    job = start_continuous(env)
-    try:
-        wait_for(lambda: delta_commits(table) >= 3, 180, "bronze to commit two batches")
-        time.sleep(random.uniform(0.0, 1.5))  # land anywhere in a batch
-        job.send_signal(signal.SIGKILL)
-        job.wait(30)
-    finally:
-        job.kill()
-    assert delta_commits(table) < 1 + report.records // 150, "the job was killed before the end"
-
-    rerun = run_lakehouse("run", "bronze", env=env)
-
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    # what the suite quarantines is bronze's too: between them, every record once
-    rows = bronze_rows(spark, table.as_uri())
-    rows += as_tuples(
-        quarantined_rows(spark, StorageSettings((tmp_path / "lake").as_uri(), "", 60))
-    )
-    assert len(rows) == report.records
-    assert len({r[:3] for r in rows}) == report.records
-    assert set(rows) == consume_all(kafka_bootstrap, prefix)
 
 
 def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanly(

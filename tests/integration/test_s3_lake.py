@@ -20,10 +20,8 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, produce
-from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
-from tests.integration.test_bronze import consume_all
 from tests.support import S3_KEYS, lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -60,6 +58,12 @@ def s3_env(tmp_path: Path, bootstrap: str, server: EmbeddedS3, **keys: str) -> d
 
 def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
     """A table on the test's S3 server, read by this process's Spark."""
+    use_s3(spark, server)
+    return spark.read.format("delta").load(uri)
+
+
+def use_s3(spark: SparkSession, server: EmbeddedS3) -> None:
+    """This process's Spark reads and writes s3a:// paths on the test's S3 server."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     # Tests run several S3 servers with one bucket name: Hadoop must not hand out a cached
     # client of a server an earlier test stopped.
@@ -67,7 +71,6 @@ def read_s3(spark: SparkSession, server: EmbeddedS3, uri: str) -> DataFrame:
                        "access.key": S3_KEYS[0], "secret.key": S3_KEYS[1],
                        "impl.disable.cache": "true"}.items():  # fmt: skip
         hadoop.set(f"fs.s3a.{key}", value)
-    return spark.read.format("delta").load(uri)
 
 
 def comparable(frame: DataFrame) -> DataFrame:
@@ -221,70 +224,6 @@ def test_streams_compact_their_own_tables_on_s3_while_writing_and_every_table_eq
         assert compacted and any(
             op == "WRITE" and v > min(compacted) for v, op in operations.items()
         ), operations
-
-
-@pytest.mark.faults
-def test_the_s3_server_killed_mid_stream_fails_the_job_in_one_line_and_a_rerun_loses_nothing(
-    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    server = EmbeddedS3(tmp_path / "s3", *S3_KEYS)
-    server.start(buckets=("lake",))
-    prefix = "outage." + PREFIX
-    produce(replace(SPEC, seed=33, topic_prefix=prefix, faults={}), kafka_bootstrap)
-    env = s3_env(
-        tmp_path,
-        kafka_bootstrap,
-        server,
-        kafka__topic_prefix=prefix,
-        bronze__trigger_interval="1 second",
-        bronze__max_offsets_per_trigger="40",
-        # The lease of a job killed with S3 frees soon after, for the rerun.
-        storage__lease_seconds="6",
-        # Fail within seconds of S3 going away, not after S3A's minutes of retries.
-        spark__conf='{"spark.hadoop.fs.s3a.retry.limit": "1", '
-        '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
-    )
-    try:
-        log = tmp_path / "bronze.log"  # a file: a pipe read only at the end could fill up
-        job = subprocess.Popen(
-            lakehouse_command("run", "bronze", "--continuous"),
-            env={**os.environ, **env},
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=log.open("w"),
-            text=True,
-        )
-        try:
-            assert job.stdout is not None
-            deadline = time.monotonic() + 180
-            while "batch 1 wrote" not in job.stdout.readline():
-                assert time.monotonic() < deadline and job.poll() is None, "no second batch"
-            weed = process.running_pid(server.home / "server.pid")
-            assert weed is not None
-            os.kill(weed, signal.SIGKILL)
-            job.communicate(timeout=300)
-        finally:
-            job.kill()
-        errors = log.read_text()
-        assert job.returncode == 1, errors[-2000:]
-        last = errors.strip().splitlines()[-1]
-        assert last.startswith("lakehouse: error: bronze.sensor_records failed: object storage at ")
-        assert "is the S3 server up? (whole trace in " in last, errors[-2000:]
-        assert "Traceback" not in errors, errors[-2000:]
-        trace = Path(last.rsplit("(whole trace in ", 1)[1].rstrip(")"))
-        assert "java.net.ConnectException" in trace.read_text()
-
-        server.start()
-        time.sleep(7)  # the killed job's lease expires
-        rerun = run_lakehouse("run", "bronze", env=env)
-
-        assert rerun.returncode == 0, rerun.stderr[-2000:]
-        table = read_s3(spark, server, f"{env['LAKEHOUSE__STORAGE__ROOT']}/bronze/sensor_records")
-        rows = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in table.collect()]
-        sent = {(t, p, o, v) for t, p, o, _, v, _ in consume_all(kafka_bootstrap, prefix)}
-        assert len(rows) == len(set(rows)) == len(sent) and set(rows) == sent
-    finally:
-        server.stop()
 
 
 def _bronze_holds(spark: SparkSession, server: EmbeddedS3, uri: str, records: int) -> bool:

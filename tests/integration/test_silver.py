@@ -3,11 +3,7 @@ splits, crashes, the fail policy and the operator tools."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -18,14 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
-from lakehouse import PROJECT_ROOT
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.integration.test_bronze import consume_all
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
-from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -163,52 +158,6 @@ def test_faults_from_the_broker_become_violations_by_reason(
     admitted = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in bronze.collect()]
     assert len(admitted) == len(consume_all(kafka_bootstrap, prefix)) - 2
     assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
-
-
-@pytest.mark.faults
-def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_result(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    env = overrides(
-        tmp_path,
-        "127.0.0.1:9",
-        "sensors.",
-        silver__max_files_per_trigger="1",
-        silver__trigger_interval="0 seconds",
-        # One file per batch makes many batches; validating each is tested elsewhere.
-        quality__validate_streams="false",
-    )
-    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
-    faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
-    records = kafka_records(small_spec(21, faults, sessions_per_sensor=4, updates_per_session=40))
-    rng = random.Random(21)
-    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 12, rng)
-    commits = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "commits"
-    for kill in range(3):
-        job = subprocess.Popen(
-            lakehouse_command("run", "silver", "--continuous"),
-            env={**os.environ, **env},
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            done = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
-            deadline = time.monotonic() + 180
-            while (len(list(commits.glob("[0-9]*"))) if commits.exists() else 0) <= done:
-                assert time.monotonic() < deadline, f"no batch committed before kill {kill}"
-                time.sleep(0.3)
-            time.sleep(rng.uniform(0, 2.5))  # anywhere in the next batch
-            job.send_signal(signal.SIGKILL)
-            job.wait(30)
-        finally:
-            job.kill()
-
-    rerun = run_lakehouse("run", "silver", env=env)
-
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
-    assert_matches(silver_tables(spark, s), expected)
 
 
 def test_fail_policy_stops_the_job_with_one_line_naming_session_and_offset(

@@ -1,97 +1,189 @@
-"""`explain`: the one line a person reads, from the failure texts Spark really produces."""
+"""`explain`: the one line a person reads, judged by a failure's cause chain (classes, as
+the JVM hands them over) and, where Spark gives only text, by the traces that text prints."""
 
 from __future__ import annotations
 
-from lakehouse.errors import explain
+import pytest
 
-STREAM_FAILED = (
-    "[STREAM_FAILED] Query [id = 6eb1, runId = a86a] terminated with exception: "
-    "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in "
-    "foreach batch sink. Reason: An exception was raised by the Python Proxy. Return Message: "
-    "Traceback (most recent call last):\n"
-    '  File "/work/main/lakehouse/delta.py", line 94, in append\n'
-)
+from lakehouse.errors import Thrown, cause_chain, describe, explain
 
-S3_DOWN = STREAM_FAILED + (
-    "py4j.protocol.Py4JJavaError: An error occurred while calling o809.save.\n"
-    ": java.net.ConnectException: listObjects() on s3a://lake/lake/quality/results/_delta_log: "
-    "software.amazon.awssdk.core.exception.SdkClientException: Unable to execute HTTP request: "
-    "Connect to 127.0.0.1:41457 [/127.0.0.1] failed: Connection refused:    sof\n"
-    "\tat software.amazon.awssdk.core.internal.http.pipeline.stages."
-    "TimeoutExceptionHandlingStage.execute(TimeoutExceptionHandlingStage.java:79)\n"
-    "Caused by: org.apache.http.conn.HttpHostConnectException: Connect to 127.0.0.1:41457 "
-    "[/127.0.0.1] failed: Connection refused\n"
-    "Caused by: java.net.ConnectException: Connection refused\n"
+SDK = "software.amazon.awssdk.core.exception.SdkClientException"
+REFUSED = "Unable to execute HTTP request: Connect to 127.0.0.1:41457 [/127.0.0.1] failed: Connection refused"  # noqa: E501
+STREAM_FAILED = Thrown(
+    "org.apache.spark.sql.streaming.StreamingQueryException",
+    "[STREAM_FAILED] Query [id = 6eb1, runId = a86a] terminated with exception: ...",
+    "STREAM_FAILED",
 )
 
 
-def test_an_object_store_that_does_not_answer_is_named_with_the_call_and_path() -> None:
-    assert explain(S3_DOWN) == (
-        "object storage at 127.0.0.1:41457 did not answer listObjects() on "
-        "s3a://lake/lake/quality/results/_delta_log (Connection refused): is the S3 server up?"
+def s3a_outage(translated: str) -> list[Thrown]:
+    """A stream failed by S3A's translation of a refused connection, as the JVM chains it."""
+    return [
+        STREAM_FAILED,
+        Thrown("java.net.ConnectException", f"{translated}: {SDK}: {REFUSED}"),
+        Thrown(SDK, REFUSED),
+        Thrown("org.apache.http.conn.HttpHostConnectException", REFUSED.split(": ", 1)[1]),
+        Thrown("java.net.ConnectException", "Connection refused"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("translated", "said"),
+    [
+        ("Writing Object on lake/t/part-0.parquet", "Writing Object on lake/t/part-0.parquet"),
+        ("listObjects() on s3a://lake/t/_delta_log", "listObjects() on s3a://lake/t/_delta_log"),
+        ("copyFile(lake/c/.2.tmp, lake/c/2) on lake/c/.2.tmp", "copyFile() on lake/c/.2.tmp"),
+        ("getFileStatus on s3a://lake/c/offsets", "getFileStatus on s3a://lake/c/offsets"),
+    ],
+)
+def test_a_refused_connection_under_s3a_is_object_storage_whatever_the_call(
+    translated: str, said: str
+) -> None:
+    assert describe(s3a_outage(translated)) == (
+        f"object storage at 127.0.0.1:41457 did not answer {said} (Connection refused): "
+        "is the S3 server up?"
     )
 
 
-def test_a_store_gone_while_a_checkpoint_is_copied_is_named_as_well() -> None:
-    # S3A names a copy by its keys, without the scheme, and the SDK's words come later.
-    copy = STREAM_FAILED + (
-        "java.net.ConnectException: copyFile(lake/_checkpoints/bronze/offsets/.2.tmp, "
-        "lake/_checkpoints/bronze/offsets/2) on lake/_checkpoints/bronze/offsets/.2.tmp: s\n"
-        "\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException(S3AUtils.java:211)\n"
-        "Caused by: software.amazon.awssdk.core.exception.SdkClientException: Unable to execute "
-        "HTTP request: Connect to 127.0.0.1:38741 [/127.0.0.1] failed: Connection refused\n"
-        "Caused by: java.net.ConnectException: Connection refused\n"
-    )
-    assert explain(copy) == (
-        "object storage at 127.0.0.1:38741 did not answer copyFile() on "
-        "lake/_checkpoints/bronze/offsets/.2.tmp (Connection refused): is the S3 server up?"
+def test_a_server_gone_mid_request_is_object_storage_too() -> None:
+    chain = [
+        STREAM_FAILED,
+        Thrown("org.apache.hadoop.fs.s3a.AWSClientIOException", f"PUT 0.json on lake/x: {SDK}"),
+        Thrown(SDK, "Unable to execute HTTP request: 127.0.0.1:41457 failed to respond"),
+        Thrown("org.apache.http.NoHttpResponseException", "127.0.0.1:41457 failed to respond"),
+    ]
+    assert describe(chain) == (
+        "object storage did not answer PUT 0.json on lake/x (127.0.0.1:41457 failed to "
+        "respond): is the S3 server up?"
     )
 
 
-def test_a_store_gone_under_a_streams_own_checkpoint_is_named_as_well() -> None:
-    # A failure of the stream itself (not of a batch) quotes S3A's words without the class.
-    offsets = (
-        "[STREAM_FAILED] Query [id = c410, runId = 7f3c] terminated with exception: "
-        "getFileStatus on s3a://lake/_checkpoints/bronze/sensor_records/offsets: software.amazon."
-        "awssdk.core.exception.SdkClientException: Unable to execute HTTP request: Connect to "
-        "127.0.0.1:38213 [/127.0.0.1] failed: Connection refused:    software.amazon.awssdk\n"
-    )
-    assert explain(offsets) == (
-        "object storage at 127.0.0.1:38213 did not answer getFileStatus() on "
-        "s3a://lake/_checkpoints/bronze/sensor_records/offsets: is the S3 server up?"
-    )
+def test_a_refused_connection_under_the_kafka_client_is_the_broker_not_storage() -> None:
+    chain = [
+        STREAM_FAILED,
+        Thrown("org.apache.kafka.common.KafkaException", "Failed to construct kafka consumer"),
+        Thrown("java.net.ConnectException", "Connection refused"),
+    ]
+    assert describe(chain) == "the Kafka broker did not answer (is it up?): Connection refused"
 
 
-def test_a_kafka_timeout_names_the_broker_and_an_sdk_stage_called_timeout_does_not() -> None:
-    kafka = STREAM_FAILED + (
-        "org.apache.kafka.common.errors.TimeoutException: Timed out waiting for a node "
-        "assignment. Call: describeTopics\n"
+def test_a_kafka_timeout_is_named_by_its_class_and_an_sdk_class_called_timeout_is_not() -> None:
+    kafka = [
+        STREAM_FAILED,
+        Thrown("org.apache.kafka.common.errors.TimeoutException", "Timed out waiting for a node"),
+    ]
+    sdk = [STREAM_FAILED, Thrown(SDK + "Timeout", "TimeoutExceptionHandlingStage: slow")]
+
+    assert describe(kafka) == (
+        "Kafka did not answer in time (is the broker up?): Timed out waiting for a node"
     )
-    assert explain(kafka).startswith("Kafka did not answer in time (is the broker up?): ")
-    assert "Kafka" not in explain(S3_DOWN)
+    assert "Kafka" not in explain_chain(sdk)
 
 
-def test_the_innermost_spark_error_class_wins_over_the_wrappers() -> None:
-    cast = STREAM_FAILED + (
-        "pyspark.errors.exceptions.captured.NumberFormatException: [CAST_INVALID_INPUT] The "
-        'value \'yesterday\' of the type "STRING" cannot be cast to "BIGINT". SQLSTATE: 22018\n'
-    )
-    assert explain(cast) == (
+def explain_chain(chain: list[Thrown]) -> str:
+    return describe(chain) or ""
+
+
+def test_the_innermost_spark_condition_wins_over_the_wrappers() -> None:
+    chain = [
+        STREAM_FAILED,
+        Thrown("org.apache.spark.SparkException", "[TASK_WRITE_FAILED] ...", "TASK_WRITE_FAILED"),
+        Thrown(
+            "org.apache.spark.SparkNumberFormatException",
+            "[CAST_INVALID_INPUT] The value 'yesterday' of the type \"STRING\" cannot be cast "
+            'to "BIGINT". SQLSTATE: 22018',
+            "CAST_INVALID_INPUT",
+        ),
+    ]
+    assert describe(chain) == (
         "[CAST_INVALID_INPUT] The value 'yesterday' of the type \"STRING\" cannot be cast to "
         '"BIGINT".'
     )
 
 
-def test_the_projects_own_error_raised_in_a_batch_is_reported_as_it_was_worded() -> None:
-    own = STREAM_FAILED + "lakehouse.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
-    assert explain(own) == "LeaseRefused: lost the lease of bronze.sensor_records"
+def test_the_projects_own_error_in_a_batchs_traceback_keeps_its_words() -> None:
+    # foreachBatch's failure reaches the JVM as the text of its Python traceback.
+    traceback = (
+        "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
+        'call last):\n  File "/work/main/lakehouse/lease.py", line 9, in check\n'
+        "lakehouse.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
+    )
+    chain = [STREAM_FAILED, Thrown("py4j.Py4JException", traceback)]
+
+    assert describe(chain + cause_chain(traceback)) == (
+        "LeaseRefused: lost the lease of bronze.sensor_records"
+    )
+
+
+def test_a_failure_explained_inside_a_batch_is_reported_in_those_words_alone() -> None:
+    traceback = (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o809.save.\n"
+        ": java.net.ConnectException: Connection refused\n"
+        "\nThe above exception was the direct cause of the following exception:\n\n"
+        "lakehouse.errors.Explained: object storage at 127.0.0.1:1 did not answer\n"
+    )
+    assert explain(traceback) == "object storage at 127.0.0.1:1 did not answer"
+
+
+def test_a_printed_java_trace_is_read_into_the_same_chain() -> None:
+    printed = (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o809.save.\n"
+        ": java.net.ConnectException: listObjects() on s3a://lake/r/_delta_log: "
+        f"{SDK}: {REFUSED}:    sof\n"
+        "\tat software.amazon.awssdk.core.internal.http.pipeline.stages."
+        "TimeoutExceptionHandlingStage.execute(TimeoutExceptionHandlingStage.java:79)\n"
+        f"Caused by: {SDK}: {REFUSED}\n"
+        "\tSuppressed: software.amazon.awssdk.core.exception.SdkClientException: Request "
+        "attempt 1 failure\n"
+        "Caused by: java.net.ConnectException: Connection refused\n"
+    )
+    assert [t.name for t in cause_chain(printed)] == [
+        "py4j.protocol.Py4JJavaError",
+        "java.net.ConnectException",
+        SDK,
+        SDK,
+        "java.net.ConnectException",
+    ]
+    assert explain(printed) == (
+        "object storage at 127.0.0.1:41457 did not answer listObjects() on "
+        "s3a://lake/r/_delta_log (Connection refused): is the S3 server up?"
+    )
 
 
 def test_offsets_the_kafka_source_can_no_longer_find_are_reported_as_data_loss() -> None:
-    lost = (
-        "[STREAM_FAILED] Query [id = 5e7c] terminated with exception: Some data may have been "
-        "lost because they are not available in Kafka any more; either the data was aged out "
-        "by Kafka or the topic may have been deleted before all the data in the topic was "
-        "processed.\n"
-    )
-    assert explain(lost).startswith("Kafka no longer has offsets this stream has not read yet")
+    chain = [
+        STREAM_FAILED,
+        Thrown(
+            "java.lang.IllegalStateException",
+            "Some data may have been lost because they are not available in Kafka any more",
+        ),
+    ]
+    assert explain_chain(chain).startswith("Kafka no longer has offsets this stream has not read")
+
+
+def test_an_incompatible_state_schema_says_how_to_rebuild() -> None:
+    chain = [
+        STREAM_FAILED,
+        Thrown(
+            "org.apache.spark.sql.execution.streaming.state.StateStoreValueSchemaNotCompatible",
+            "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match",
+            "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+        ),
+    ]
+    line = explain_chain(chain)
+    assert line.startswith("the state in its checkpoint was written with another state schema")
+    assert line.endswith("Provided value schema does not match")
+
+
+def test_the_sql_guards_refusal_is_its_own_words() -> None:
+    chain = [
+        Thrown(
+            "java.lang.UnsupportedOperationException",
+            "read-only: DELETE (DeleteCommand) changes data or the catalog",
+        )
+    ]
+    assert describe(chain) == "read-only: DELETE (DeleteCommand) changes data or the catalog"
+
+
+def test_a_plain_python_error_is_named_by_its_class() -> None:
+    assert explain(KeyError("sensor")) == "KeyError: 'sensor'"

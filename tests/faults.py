@@ -1,0 +1,159 @@
+"""Faults at a chosen moment: a proxy in front of the S3 server that sees every request a
+job makes and, at the first one that matches, holds it and strikes (kills the S3 server,
+or the job), then goes away like a dead server. The moment is then not a sleep that may
+land anywhere but a named step of the job's work: before a batch's writes, during a
+Parquet write, during a Delta commit, during a checkpoint write."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from lakehouse.services import process
+from lakehouse.services.s3 import EmbeddedS3
+
+_REQUEST_LINE = re.compile(rb"^([A-Z]+ \S+) HTTP/1\.1\r?$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """A step of a job's work on S3, known by the request that begins it: `request` is a
+    regular expression over `METHOD /bucket/key?query` (path-style S3), looked for only
+    once a request matching `after` has gone by."""
+
+    name: str
+    request: str
+    after: str = ""
+
+
+def in_next_batch(name: str, request: str, checkpoint: str) -> Moment:
+    """`request` in the batch after the first one the job commits to `checkpoint` (a
+    restarted job first redoes the batch its predecessor did not commit)."""
+    return Moment(name, request, after=rf"^PUT /\S+/_checkpoints/{checkpoint}/commits/\d+$")
+
+
+class FaultProxy:
+    """Forwards 127.0.0.1:<port> to `upstream` (an S3 endpoint) until the first request
+    matching `moment`; then runs `strike` while that request is held, closes every
+    connection and stops listening, so that the job sees what a server gone at that
+    moment looks like: the request unanswered, every later connection refused."""
+
+    def __init__(self, upstream: str, moment: Moment, strike: Callable[[], None]) -> None:
+        address = urlparse(upstream)
+        self._upstream = (address.hostname or "127.0.0.1", address.port or 80)
+        self._moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
+        self._after = re.compile(moment.after) if moment.after else None
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self.struck = threading.Event()
+        self.struck_at: str | None = None
+        """The request line the strike held."""
+        self.requests: list[str] = []
+        """Every request line seen, in order: what to read when a moment never comes."""
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def close(self) -> None:
+        with suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with suppress(OSError):
+                    sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                server = socket.create_connection(self._upstream)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self.struck.is_set():
+                    client.close()
+                    server.close()
+                    continue
+                self._sockets |= {client, server}
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, requests: bool) -> None:
+        with suppress(OSError):
+            while data := source.recv(1 << 16):
+                if requests:
+                    for line in _REQUEST_LINE.findall(data):
+                        request = line.decode("latin-1")
+                        self.requests.append(request)
+                        if self._after is not None:
+                            if self._after.search(request):
+                                self._after = None  # armed from the next request on
+                        elif self._pattern.search(request) and self._strike_once(request):
+                            return  # held: never forwarded
+                sink.sendall(data)
+        for sock in (source, sink):
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _strike_once(self, request: str) -> bool:
+        with self._lock:
+            if self.struck.is_set():
+                return True
+            self.struck_at = request
+            self._strike()
+            self.struck.set()
+        self.close()
+        return True
+
+
+def kill_server(server: EmbeddedS3) -> Callable[[], None]:
+    """The S3 server dies at once, as a crashed machine's would (SIGKILL)."""
+
+    def strike() -> None:
+        pid = process.running_pid(server.home / "server.pid")
+        assert pid is not None, "the S3 server is not running"
+        os.kill(pid, signal.SIGKILL)
+
+    return strike
+
+
+def kill_job(job: Callable[[], subprocess.Popen[str]]) -> Callable[[], None]:
+    """The job dies at once with its JVM, as on a lost machine (SIGKILL to the process group
+    of a job started with `start_new_session=True`): no handler, no flush, no clean stop."""
+    return lambda: os.killpg(job().pid, signal.SIGKILL)
+
+
+@contextmanager
+def proxy(upstream: str, moment: Moment, strike: Callable[[], None]) -> Iterator[FaultProxy]:
+    """A `FaultProxy` closed on leaving, struck or not."""
+    fault = FaultProxy(upstream, moment, strike)
+    try:
+        yield fault
+    finally:
+        fault.close()
+
+
+def wait_struck(fault: FaultProxy, timeout_s: float, alive: Callable[[], bool]) -> None:
+    """Until the fault struck; fails, naming the requests seen, if the job ended or the
+    moment never came."""
+    deadline = time.monotonic() + timeout_s
+    while not fault.struck.wait(0.5):
+        recent = "\n".join(fault.requests[-30:])
+        assert alive(), f"the job ended before {fault._moment.name}; last requests:\n{recent}"
+        assert time.monotonic() < deadline, f"no {fault._moment.name}; last requests:\n{recent}"

@@ -1,0 +1,238 @@
+"""Faults at named moments of a batch, not wherever a sleep lands: every job here runs on a
+real S3 server behind a `FaultProxy`, which holds the request that begins the moment and
+kills the S3 server or the job right then. Each moment gives the one line (when the job
+lives to say it) and a rerun that loses and doubles nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import produce
+from lakehouse.services.s3 import EmbeddedS3
+from lakehouse.settings import StorageSettings
+from tests.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
+from tests.integration.test_bronze import FAULTS, as_tuples, consume_all, quarantined_rows
+from tests.integration.test_s3_lake import PREFIX, SPEC, read_s3, s3_env, use_s3
+from tests.integration.test_silver import assert_matches, silver_tables, small_spec
+from tests.silver import reference
+from tests.silver.bronze_fixture import kafka_records, write_bronze
+from tests.support import S3_KEYS, lakehouse_command, run_lakehouse, settings_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+LEASE_SECONDS = 4
+"""A killed job's leases free this soon, for the next job."""
+
+BRONZE = "bronze/sensor_records"
+BRONZE_MOMENTS = {
+    "before": in_next_batch(
+        "before the batch's writes (its offsets)", rf"^PUT /\S+/_checkpoints/{BRONZE}/offsets/\.",
+        BRONZE,
+    ),
+    "parquet": in_next_batch(
+        "during a Parquet write", rf"^PUT /\S+/{BRONZE}/part-", BRONZE
+    ),
+    "delta": in_next_batch(
+        "during the Delta commit", rf"^PUT /\S+/{BRONZE}/_delta_log/\d+\.json", BRONZE
+    ),
+    "checkpoint": in_next_batch(
+        "between the Delta commit and the checkpoint's commit",
+        rf"^PUT /\S+/_checkpoints/{BRONZE}/commits/\.",
+        BRONZE,
+    ),
+}  # fmt: skip
+
+SILVER = "silver/sessions_stream"
+SILVER_MOMENTS = (
+    in_next_batch(
+        "during the state store's checkpoint", rf"^PUT /\S+/_checkpoints/{SILVER}/state/\S+\.zip",
+        SILVER,
+    ),
+    in_next_batch(
+        "during silver.row_changes' Delta commit", r"^PUT /\S+/silver/row_changes/_delta_log/",
+        SILVER,
+    ),
+    in_next_batch(
+        "between the Delta commits and the checkpoint's commit",
+        rf"^PUT /\S+/_checkpoints/{SILVER}/commits/\.",
+        SILVER,
+    ),
+)  # fmt: skip
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmbeddedS3]:
+    """An S3 server of the test's own: the tests kill theirs."""
+    s3 = EmbeddedS3(tmp_path / "s3", *S3_KEYS)
+    s3.start(buckets=("lake",))
+    yield s3
+    s3.stop()
+
+
+def run_struck(
+    args: tuple[str, ...],
+    env: dict[str, str],
+    upstream: str,
+    moment: Moment,
+    strike: Callable[[Callable[[], subprocess.Popen[str]]], Callable[[], None]],
+    log: Path,
+) -> tuple[int, str]:
+    """Run the CLI through a proxy to `upstream` that strikes at `moment`: the job's exit
+    code and the proxy's endpoint it used."""
+    job: subprocess.Popen[str] | None = None
+
+    def current() -> subprocess.Popen[str]:
+        assert job is not None
+        return job
+
+    with proxy(upstream, moment, strike(current)) as fault:
+        job = subprocess.Popen(
+            lakehouse_command(*args),
+            env={**os.environ, **env, "LAKEHOUSE__S3__ENDPOINT": fault.endpoint},
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+            text=True,
+            start_new_session=True,  # its JVM in its group: a kill takes both
+        )
+        try:
+            wait_struck(fault, 240, lambda: current().poll() is None)
+            job.wait(300)
+        finally:
+            if job.poll() is None:
+                kill_job(current)()
+    time.sleep(LEASE_SECONDS + 1)  # the struck job could not release its leases
+    return job.returncode, fault.endpoint
+
+
+def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line_and_a_rerun_loses_nothing(  # noqa: E501
+    spark: SparkSession, kafka_bootstrap: str, server: EmbeddedS3, tmp_path: Path
+) -> None:
+    prefix = "outage." + PREFIX
+    produce(replace(SPEC, seed=33, topic_prefix=prefix, faults={}), kafka_bootstrap)
+    env = s3_env(
+        tmp_path,
+        kafka_bootstrap,
+        server,
+        kafka__topic_prefix=prefix,
+        bronze__max_offsets_per_trigger="20",
+        storage__lease_seconds=str(LEASE_SECONDS),
+        # Fail within seconds of S3 going away, not after S3A's minutes of retries.
+        spark__conf='{"spark.hadoop.fs.s3a.retry.limit": "1", '
+        '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
+    )
+    for key, moment in BRONZE_MOMENTS.items():
+        log = tmp_path / f"bronze-{key}.log"
+        upstream = server.start()  # again after each kill: same ports, same data
+        code, endpoint = run_struck(("run", "bronze"), env, upstream, moment,
+                                    lambda _job: kill_server(server), log)  # fmt: skip
+
+        errors = log.read_text()
+        assert code == 1, f"{moment.name}: {errors[-2000:]}"
+        last = errors.strip().splitlines()[-1]
+        assert last.startswith(
+            "lakehouse: error: bronze.sensor_records failed: object storage at "
+            f"{endpoint.removeprefix('http://')} did not answer "
+        ), f"{moment.name}: {last}"
+        assert "is the S3 server up? (whole trace in " in last, f"{moment.name}: {last}"
+        assert "Traceback" not in errors, f"{moment.name}: {errors[-2000:]}"
+        trace = Path(last.rsplit("(whole trace in ", 1)[1].rstrip(")"))
+        assert "Connection refused" in trace.read_text()
+
+    server.start()
+    rerun = run_lakehouse("run", "bronze", env=env)
+
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    table = read_s3(spark, server, f"{env['LAKEHOUSE__STORAGE__ROOT']}/{BRONZE}")
+    rows = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in table.collect()]
+    sent = {(t, p, o, v) for t, p, o, _, v, _ in consume_all(kafka_bootstrap, prefix)}
+    assert len(rows) == len(set(rows)) == len(sent) and set(rows) == sent
+
+
+def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_record_once(
+    spark: SparkSession, kafka_bootstrap: str, server: EmbeddedS3, tmp_path: Path
+) -> None:
+    prefix = "kill." + PREFIX
+    sent = produce(replace(SPEC, seed=35, topic_prefix=prefix, faults=FAULTS), kafka_bootstrap)
+    env = s3_env(
+        tmp_path,
+        kafka_bootstrap,
+        server,
+        kafka__topic_prefix=prefix,
+        bronze__max_offsets_per_trigger="20",
+        storage__lease_seconds=str(LEASE_SECONDS),
+    )
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    upstream = server.start()
+    for key in ("parquet", "delta", "checkpoint"):
+        moment = BRONZE_MOMENTS[key]
+        code, _ = run_struck(("run", "bronze"), env, upstream, moment, kill_job,
+                             tmp_path / f"bronze-{key}.log")  # fmt: skip
+        assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
+        if key == "checkpoint":
+            # The moment that proves the idempotent write: the batch is in the table, its
+            # checkpoint does not know it, and the rerun below redoes it.
+            batches = len(_keys(server, f"{root}/_checkpoints/{BRONZE}/commits/"))
+            assert _version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
+
+    rerun = run_lakehouse("run", "bronze", env=env)
+
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rows = as_tuples(read_s3(spark, server, f"{root}/{BRONZE}").collect())
+    rows += as_tuples(quarantined_rows(spark, StorageSettings(root, "", 60)))
+    assert len(rows) == len({r[:3] for r in rows}) == sent.records
+    assert set(rows) == consume_all(kafka_bootstrap, prefix)
+
+
+def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninterrupted_result(
+    spark: SparkSession, server: EmbeddedS3, tmp_path: Path
+) -> None:
+    env = s3_env(
+        tmp_path,
+        "127.0.0.1:9",
+        server,
+        silver__max_files_per_trigger="1",
+        storage__lease_seconds=str(LEASE_SECONDS),
+        # One file per batch makes many batches; validating each is tested elsewhere.
+        quality__validate_streams="false",
+    )
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
+    records = kafka_records(small_spec(21, faults, sessions_per_sensor=4, updates_per_session=40))
+    use_s3(spark, server)
+    write_bronze(spark, f"{root}/{BRONZE}", records, 8, random.Random(21))
+    upstream = server.start()
+    for moment in SILVER_MOMENTS:
+        code, _ = run_struck(("run", "silver"), env, upstream, moment, kill_job,
+                             tmp_path / "silver.log")  # fmt: skip
+        assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
+
+    rerun = run_lakehouse("run", "silver", env=env)
+
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    s = settings_for(tmp_path, "127.0.0.1:9", PREFIX, storage__root=root)
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    assert_matches(silver_tables(spark, s), expected)
+
+
+def _keys(server: EmbeddedS3, prefix_uri: str) -> list[str]:
+    bucket, _, prefix = prefix_uri.removeprefix("s3a://").partition("/")
+    endpoint = server.address()
+    assert endpoint is not None
+    listed = server.client(endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for o in listed.get("Contents", []) if o["Key"].rsplit("/", 1)[1].isdigit()]
+
+
+def _version(spark: SparkSession, server: EmbeddedS3, uri: str) -> int:
+    read_s3(spark, server, uri)
+    return int(spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"])  # type: ignore[index]
