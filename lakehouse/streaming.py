@@ -10,14 +10,15 @@ from dataclasses import dataclass
 from types import FrameType
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from lakehouse import catalog
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import Explained, LakehouseError, explain
 from lakehouse.lease import Held
-from lakehouse.spark import TRACE_FILE
+from lakehouse.spark import STATE_FORMAT, TRACE_FILE
 
 AfterBatch = Callable[[int, Held], None]
 """What a stream runs once a batch's writes are done: `(batch_id, the leases it holds)`."""
@@ -59,10 +60,48 @@ def run_foreach_batch(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=trigger_interval)
-    query = writer.start()
+    query = _start_in_its_format(frame.sparkSession, writer, name, checkpoint)
     query_id.append(str(query.id))
     started.set()
     return await_query(query, name, checkpoint, frame.sparkSession.conf.get(TRACE_FILE, None))
+
+
+def _start_in_its_format(
+    spark: SparkSession, writer: DataStreamWriter, name: str, checkpoint: str
+) -> StreamingQuery:
+    """Start the query in the checkpoint format its checkpoint was begun in: Spark refuses
+    to read a commit log of another format, and the setting is not kept in the checkpoint."""
+    default = spark.conf.get(STATE_FORMAT) or "1"  # Spark's own default
+    kept = checkpoint_format(spark, checkpoint) or default
+    fs, state = catalog.hadoop_fs(spark, f"{checkpoint}/state")
+    if kept == "1" and fs.exists(state):
+        echo(
+            f"{name}: warning: its checkpoint keeps state checkpoint format 1, in which a job "
+            "killed while uploading state can restore wrong state; rebuild it on a new "
+            "checkpoint to move to format 2"
+        )
+    spark.conf.set(STATE_FORMAT, kept)
+    try:
+        return writer.start()  # the query takes its own copy of the session's settings
+    finally:
+        spark.conf.set(STATE_FORMAT, default)
+
+
+def checkpoint_format(spark: SparkSession, checkpoint: str) -> str | None:
+    """The format of a checkpoint's commit log (`v1`/`v2` heads each file), None if new."""
+    fs, commits = catalog.hadoop_fs(spark, f"{checkpoint}/commits")
+    if not fs.exists(commits):
+        return None
+    batches = [s.getPath() for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
+    if not batches:
+        return None
+    latest = max(batches, key=lambda path: int(path.getName()))
+    stream = fs.open(latest)
+    try:
+        head = bytes(stream.readNBytes(3)).decode()
+    finally:
+        stream.close()
+    return head.removeprefix("v").strip() or None
 
 
 @dataclass

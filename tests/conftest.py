@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from lakehouse.catalog import LAYERS
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
@@ -43,5 +44,9 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def spark(tmp_path_factory: pytest.TempPathFactory, metastore: str) -> Iterator[SparkSession]:
     settings = settings_for(tmp_path_factory.mktemp("lake"), "127.0.0.1:1", "unused.")
     session = build_spark(settings, app_name="lakehouse-tests")
+    # The databases of the shared metastore are placed on local disk before any job
+    # creates them: a job's S3 server, where it would put them, may be killed by its test.
+    for database in LAYERS:
+        session.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
     yield session
     session.stop()

@@ -53,6 +53,7 @@ class FaultProxy:
         self._moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
         self._after = re.compile(moment.after) if moment.after else None
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         self.struck = threading.Event()
@@ -61,10 +62,6 @@ class FaultProxy:
         self.requests: list[str] = []
         """Every request line seen, in order: what to read when a moment never comes."""
         threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def close(self) -> None:
         with suppress(OSError):

@@ -16,6 +16,8 @@ from pyspark.sql import SparkSession
 
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.settings import Settings
+from lakehouse.spark import STATE_FORMAT
+from lakehouse.streaming import checkpoint_format
 from silver import reconstruct
 from tests.integration.test_bronze import consume_all
 from tests.silver import reference
@@ -158,6 +160,31 @@ def test_faults_from_the_broker_become_violations_by_reason(
     admitted = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in bronze.collect()]
     assert len(admitted) == len(consume_all(kafka_bootstrap, prefix)) - 2
     assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
+
+
+def test_a_checkpoint_begun_in_state_format_1_is_resumed_in_it_with_a_warning(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # New checkpoints are written in format 2; Spark refuses to resume one of the other.
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
+    records = kafka_records(small_spec(22, {"gap": 1}))
+    half = len(records) // 2
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    write_bronze(spark, bronze, records[:half], 1, random.Random(22))
+    spark.conf.set(STATE_FORMAT, "1")
+    try:
+        reconstruct.run(spark, s)
+    finally:
+        spark.conf.set(STATE_FORMAT, "2")
+    write_bronze(spark, bronze, records[half:], 1, random.Random(22))
+
+    reconstruct.run(spark, s)
+
+    assert "keeps state checkpoint format 1" in capsys.readouterr().out
+    checkpoint = s.storage.checkpoint_uri(reconstruct.CHECKPOINT)
+    assert checkpoint_format(spark, checkpoint) == "1"
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    assert_matches(silver_tables(spark, s), expected)
 
 
 def test_fail_policy_stops_the_job_with_one_line_naming_session_and_offset(
