@@ -34,11 +34,15 @@ def run_foreach_batch(
     checkpoint: str,
     write: Callable[[DataFrame, Txn], None],
     trigger_interval: str | None,
+    whole_first_batch: bool = False,
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
-    (`availableNow`) when `trigger_interval` is None, else every interval until stopped."""
+    (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
+    With `whole_first_batch`, a new checkpoint's first batch takes all the input there is,
+    whatever the source's read limits."""
     query_id: list[str] = []
     started = threading.Event()
+    spark = frame.sparkSession
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         started.wait()  # the query id is known only once start() has returned
@@ -51,19 +55,28 @@ def run_foreach_batch(
             # failure on as the text of its Python traceback.
             raise Explained(explain(error, checkpoint)) from error
 
-    writer = (
-        frame.writeStream.queryName(name)
-        .foreachBatch(write_batch)
-        .option("checkpointLocation", checkpoint)
-    )
+    stats = RunStats()
+
+    def run(trigger: dict[str, bool | str]) -> RunStats:
+        writer = (
+            frame.writeStream.queryName(name)
+            .foreachBatch(write_batch)
+            .option("checkpointLocation", checkpoint)
+            .trigger(**trigger)  # type: ignore[arg-type]
+        )
+        query = _start_in_its_format(spark, writer, name, checkpoint)
+        query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
+        started.set()
+        return await_query(query, name, checkpoint, spark.conf.get(TRACE_FILE, None), stats)
+
+    # Spark ignores a source's read limits under Trigger.Once: one batch of everything. A
+    # batch of it that a killed job left uncommitted is redone as planned, whole.
+    new = whole_first_batch and checkpoint_format(spark, checkpoint) is None
+    if new and run({"once": True}).stopped:
+        return stats
     if trigger_interval is None:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=trigger_interval)
-    query = _start_in_its_format(frame.sparkSession, writer, name, checkpoint)
-    query_id.append(str(query.id))
-    started.set()
-    return await_query(query, name, checkpoint, frame.sparkSession.conf.get(TRACE_FILE, None))
+        return run({"availableNow": True})
+    return run({"processingTime": trigger_interval})
 
 
 def _start_in_its_format(
@@ -109,12 +122,19 @@ class RunStats:
     batches: int = 0
     input_rows: int = 0
     seconds: float = 0.0
+    stopped: bool = False
+    """A stop was asked for (SIGINT/SIGTERM) while the query ran."""
 
 
 def await_query(
-    query: StreamingQuery, label: str, checkpoint: str, trace_file: str | None = None
+    query: StreamingQuery,
+    label: str,
+    checkpoint: str,
+    trace_file: str | None = None,
+    stats: RunStats | None = None,
 ) -> RunStats:
     """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
+    `stats` of an earlier query of the same run are added to.
 
     A clean stop waits for the running batch to commit, so a restart redoes at most a
     batch that had just begun (within the second this loop polls).
@@ -127,7 +147,8 @@ def await_query(
         stop.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    stats, seen_batch, started = RunStats(), -1, time.monotonic()
+    stats = RunStats() if stats is None else stats
+    seen_batch, started = -1, time.monotonic()
     finished_before_stop: int | None = None
     try:
         while query.isActive:
@@ -162,5 +183,6 @@ def await_query(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    stats.seconds = time.monotonic() - started
+    stats.seconds += time.monotonic() - started
+    stats.stopped = stop.is_set()
     return stats

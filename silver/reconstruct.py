@@ -248,7 +248,13 @@ def run(
 
         checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
         interval = settings.silver.trigger_interval if continuous else None
-        return run_foreach_batch(rows, QUERY_NAME, checkpoint, write, interval)
+        # A new stream's first batches list bronze's files by modification time, not by
+        # commit: out of Kafka order wherever commits share an instant (S3 keeps seconds)
+        # or compaction rewrote old records into new files. Sessions are sorted within a
+        # batch only, so a new checkpoint takes all of bronze in its first batch.
+        return run_foreach_batch(
+            rows, QUERY_NAME, checkpoint, write, interval, whole_first_batch=True
+        )
 
 
 def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:

@@ -127,9 +127,13 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
     env.update(
         LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER="1", LAKEHOUSE__QUALITY__VALIDATE_STREAMS="false"
     )
-    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
     records = kafka_records(small_spec(51, {"gap": 1, "duplicate": 1}, sessions_per_sensor=3))
-    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 8, random.Random(51))
+    bronze, rng, first = s.storage.table_uri("bronze.sensor_records"), random.Random(51), 20
+    # A new checkpoint's first batch takes all of bronze: the batch to strike comes after.
+    write_bronze(spark, bronze, records[:first], 1, rng)
+    reconstruct.run(spark, s)
+    write_bronze(spark, bronze, records[first:], 7, rng)
     checkpoint = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream"
     log = tmp_path / "silver.log"  # a file, not a pipe nobody reads while the job runs
     job = subprocess.Popen(
@@ -140,15 +144,15 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
         stderr=log.open("w"),
     )
     try:
-        # The moment: batch 1 has written its offsets and runs its tasks, uncommitted.
+        # The moment: the job's second batch has written its offsets and runs its tasks.
         deadline = time.monotonic() + 300
-        while not (checkpoint / "offsets" / "1").exists():
+        while not (checkpoint / "offsets" / "2").exists():
             assert time.monotonic() < deadline and job.poll() is None, "no second batch"
             time.sleep(0.1)
         worker = cluster.busy_worker()
         assert worker is not None, "no worker runs the job's executor"
         os.killpg(worker, signal.SIGKILL)  # the worker and its executors, as a lost machine
-        assert not (checkpoint / "commits" / "1").exists(), "batch 1 ended before the kill"
+        assert not (checkpoint / "commits" / "2").exists(), "batch 2 ended before the kill"
         job.wait(600)
     finally:
         job.kill()

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.settings import Settings
@@ -103,13 +104,47 @@ def test_silver_equals_the_reference_for_any_split_into_micro_batches(
         quality__validate_streams="false",
     )
     records = kafka_records(small_spec(seed, dict(faults)))
-    write_bronze(
-        spark,
-        s.storage.table_uri("bronze.sensor_records"),
-        records,
-        commits,
-        random.Random(seed),
+    bronze, rng = s.storage.table_uri("bronze.sensor_records"), random.Random(seed)
+    # A new checkpoint takes all of bronze in one batch; from then on, batches split it.
+    first = rng.randrange(1, len(records) // 2)
+    write_bronze(spark, bronze, records[:first], 1, rng)
+    reconstruct.run(spark, s)
+    write_bronze(spark, bronze, records[first:], commits, rng)
+
+    reconstruct.run(spark, s)
+
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    assert_matches(silver_tables(spark, s), expected)
+
+
+def test_a_new_checkpoint_reads_bronze_in_kafka_order_whatever_the_age_of_its_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Compaction rewrites old records into the newest file, and Delta lists a new stream's
+    # files by modification time: here the oldest records come last in that list.
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", silver__max_files_per_trigger="1",
+                     quality__validate_streams="false")  # fmt: skip
+    records = kafka_records(small_spec(23, {"gap": 1}, sensors=1))
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    for chunk in (records[:4], records[4:-4], records[-4:]):
+        write_bronze(spark, bronze, chunk, 1, random.Random(23))
+    sizes = sorted(Path(f.removeprefix("file:")).stat().st_size
+                   for f in spark.read.format("delta").load(bronze).inputFiles())  # fmt: skip
+    # OPTIMIZE takes the files under this size: the two small ones, not the large middle one.
+    spark.conf.set("spark.databricks.delta.optimize.minFileSize", str(sizes[-1]))
+    try:
+        spark.sql(f"OPTIMIZE delta.`{bronze}`")
+    finally:
+        spark.conf.unset("spark.databricks.delta.optimize.minFileSize")
+    files = (
+        spark.read.format("delta")
+        .load(bronze)
+        .select("partition", "offset", F.input_file_name().alias("file"))
     )
+    first = files.where(F.col("partition") == records[0][1]).where(F.col("offset") == records[0][2])
+    newest = max((r["file"] for r in files.select("file").distinct().collect()),
+                 key=lambda f: Path(f.removeprefix("file:")).stat().st_mtime_ns)  # fmt: skip
+    assert first.first()["file"] == newest  # type: ignore[index]
 
     reconstruct.run(spark, s)
 
