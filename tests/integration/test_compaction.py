@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from lakehouse import PROJECT_ROOT, catalog
+from lakehouse import PROJECT_ROOT, catalog, delta
 from lakehouse.compaction import compact, snapshot, storage
 from lakehouse.errors import LakehouseError
 from lakehouse.incremental import run_models
@@ -108,11 +109,47 @@ def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
     assert compact(spark, s, READERS, ["silver.row_changes"], retention_hours=0)
 
 
+def test_a_merge_that_compaction_commits_under_is_retried_and_applied_once(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The MERGE is held inside its transaction (its one-task source blocks on its first
+    # read) while OPTIMIZE rewrites the files it read: the conflict is certain, not a matter
+    # of timing. One task, so that OPTIMIZE has the session's other core.
+    location, started, go = str(tmp_path / "t"), tmp_path / "started", tmp_path / "go"
+    spark.range(0, 100, numPartitions=4).selectExpr("id", "0 AS n").write.format("delta").save(
+        location
+    )
+
+    def held(i: int) -> int:
+        if not go.exists():
+            started.touch()
+            while not go.exists():
+                time.sleep(0.05)
+        return i
+
+    source = spark.range(0, 10, numPartitions=1)
+    rows = source.select(F.udf(held, "bigint")("id").alias("id"), F.lit(1).alias("n"))
+    merging = threading.Thread(target=delta.merge, args=(rows, location, ["id"]))
+    merging.start()
+    try:
+        _wait(started.exists, "the MERGE to read its source")
+        spark.sql(f"OPTIMIZE delta.`{location}`")
+    finally:
+        go.touch()  # never leave the session's core held, whatever failed
+        merging.join(120)
+
+    assert f"{location}: a concurrent commit conflicted" in capsys.readouterr().out
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{location}`").collect()
+    assert [r["operation"] for r in history][:2] == ["MERGE", "OPTIMIZE"]  # the retry last
+    counts = spark.read.format("delta").load(location).groupBy("n").count().collect()
+    assert {r["n"]: r["count"] for r in counts} == {0: 90, 1: 10}
+
+
 def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     # Whether a conflict comes up here depends on timing: this shows that streams run on
-    # beside compaction, not that every conflict is retried.
+    # beside compaction; the test above forces the conflict and its retry.
     prefix = "compaction.sensors."
     env = overrides(
         tmp_path,
