@@ -124,11 +124,16 @@ _NO_ANSWER = (
     "org.apache.http.conn.HttpHostConnectException",
     "org.apache.http.conn.ConnectTimeoutException",
     "org.apache.http.NoHttpResponseException",
+    # The Python S3 client the leases use, refused, timed out or cut off alike.
+    "botocore.exceptions.EndpointConnectionError",
+    "botocore.exceptions.ConnectTimeoutError",
+    "botocore.exceptions.ReadTimeoutError",
+    "botocore.exceptions.ConnectionClosedError",
 )
 # The SQL guard (jvm/src/lakehouse/sql) refuses a plan with this class, worded `read-only: `.
 _GUARD = "java.lang.UnsupportedOperationException"
 _STATE_SCHEMA = re.compile(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH\w*")
-_S3_CLIENT = ("org.apache.hadoop.fs.s3a.", "software.amazon.awssdk.")
+_S3_CLIENT = ("org.apache.hadoop.fs.s3a.", "software.amazon.awssdk.", "botocore.")
 
 
 def _state_schema(chain: list[Thrown], checkpoint: str) -> str | None:
@@ -181,17 +186,25 @@ def _unreachable(chain: list[Thrown], _checkpoint: str) -> str | None:
     silent = [t for t in chain if t.name in _NO_ANSWER]
     if not silent:
         return None
-    if any(t.name.startswith(_S3_CLIENT) or "s3a://" in t.message for t in chain):
+    # By the client that called first; a path only where no client says (a stream on a
+    # Kafka topic may name its s3a:// checkpoint in a message of its failure).
+    if any(t.name.startswith(_S3_CLIENT) for t in chain):
         return _storage_unreachable(chain, silent)
     if any(t.name.startswith("org.apache.kafka.") for t in chain):
         return f"the Kafka broker did not answer (is it up?): {silent[-1].message}"
+    if any("s3a://" in t.message for t in chain):
+        return _storage_unreachable(chain, silent)
     return None
 
 
 def _storage_unreachable(chain: list[Thrown], silent: list[Thrown]) -> str:
     # Where and what, from the messages: the HTTP client names the address it tried, S3A
     # words every failure it translates as `<operation> on <path>: <cause>`.
-    address = _first(m[1] for t in chain if (m := re.search(r"Connect to (\S+)", t.message)))
+    address = _first(
+        m[1] or m[2]
+        for t in chain
+        if (m := re.search(r"Connect to (\S+)|endpoint URL: \"https?://([^/\"]+)", t.message))
+    )
     call = _first(
         m
         for t in chain

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import LakehouseError, explain
 from lakehouse.settings import Settings
 
 
@@ -206,5 +206,5 @@ def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
             try:
                 lease.renew()
             except Exception as error:  # taken over, or S3 gone: the writer must stop
-                held.lost = f"lost the lease of {lease.table}: {error}"
+                held.lost = f"lost the lease of {lease.table}: {explain(error)}"
                 return

@@ -50,7 +50,7 @@ class FaultProxy:
     def __init__(self, upstream: str, moment: Moment, strike: Callable[[], None]) -> None:
         address = urlparse(upstream)
         self._upstream = (address.hostname or "127.0.0.1", address.port or 80)
-        self._moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
+        self.moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
         self._after = re.compile(moment.after) if moment.after else None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -152,5 +152,5 @@ def wait_struck(fault: FaultProxy, timeout_s: float, alive: Callable[[], bool]) 
     deadline = time.monotonic() + timeout_s
     while not fault.struck.wait(0.5):
         recent = "\n".join(fault.requests[-30:])
-        assert alive(), f"the job ended before {fault._moment.name}; last requests:\n{recent}"
-        assert time.monotonic() < deadline, f"no {fault._moment.name}; last requests:\n{recent}"
+        assert alive(), f"the job ended before {fault.moment.name}; last requests:\n{recent}"
+        assert time.monotonic() < deadline, f"no {fault.moment.name}; last requests:\n{recent}"

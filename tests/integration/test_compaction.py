@@ -129,7 +129,8 @@ def test_a_merge_that_compaction_commits_under_is_retried_and_applied_once(
 
     source = spark.range(0, 10, numPartitions=1)
     rows = source.select(F.udf(held, "bigint")("id").alias("id"), F.lit(1).alias("n"))
-    merging = threading.Thread(target=delta.merge, args=(rows, location, ["id"]))
+    txn = delta.Txn("forced-conflict", 7)  # as a stream's batch writes it
+    merging = threading.Thread(target=delta.merge, args=(rows, location, ["id"], txn))
     merging.start()
     try:
         _wait(started.exists, "the MERGE to read its source")
@@ -141,6 +142,8 @@ def test_a_merge_that_compaction_commits_under_is_retried_and_applied_once(
     assert f"{location}: a concurrent commit conflicted" in capsys.readouterr().out
     history = spark.sql(f"DESCRIBE HISTORY delta.`{location}`").collect()
     assert [r["operation"] for r in history][:2] == ["MERGE", "OPTIMIZE"]  # the retry last
+    delta.merge(rows, location, ["id"], txn)  # the batch replayed: its transaction is known
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{location}`").count() == len(history)
     counts = spark.read.format("delta").load(location).groupBy("n").count().collect()
     assert {r["n"]: r["count"] for r in counts} == {0: 90, 1: 10}
 

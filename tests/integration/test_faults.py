@@ -20,9 +20,10 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import StorageSettings
+from lakehouse.streaming import checkpoint_format
 from tests.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
 from tests.integration.test_bronze import FAULTS, as_tuples, consume_all, quarantined_rows
-from tests.integration.test_s3_lake import PREFIX, SPEC, read_s3, s3_env, use_s3
+from tests.integration.test_s3_lake import PREFIX, SPEC, _version, read_s3, s3_env, use_s3
 from tests.integration.test_silver import assert_matches, silver_tables, small_spec
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
@@ -133,6 +134,7 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
         spark__conf='{"spark.hadoop.fs.s3a.retry.limit": "1", '
         '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
     )
+    traced: dict[Path, int] = {}  # the bytes of each trace file before this run
     for key, moment in BRONZE_MOMENTS.items():
         log = tmp_path / f"bronze-{key}.log"
         upstream = server.start()  # again after each kill: same ports, same data
@@ -149,7 +151,9 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
         assert "is the S3 server up? (whole trace in " in last, f"{moment.name}: {last}"
         assert "Traceback" not in errors, f"{moment.name}: {errors[-2000:]}"
         trace = Path(last.rsplit("(whole trace in ", 1)[1].rstrip(")"))
-        assert "Connection refused" in trace.read_text()
+        added = trace.read_bytes()[traced.get(trace, 0) :]
+        traced[trace] = traced.get(trace, 0) + len(added)
+        assert b"Connection refused" in added, f"{moment.name}: not in this run's trace"
 
     server.start()
     rerun = run_lakehouse("run", "bronze", env=env)
@@ -219,6 +223,7 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
     write_bronze(spark, f"{root}/{BRONZE}", records[:first], 1, rng)
     begun = run_lakehouse("run", "silver", env=env)
     assert begun.returncode == 0, begun.stderr[-2000:]
+    assert checkpoint_format(spark, f"{root}/_checkpoints/{SILVER}") == "2"  # unique state ids
     # Each job commits one batch and is killed in the next, which its successor redoes.
     write_bronze(spark, f"{root}/{BRONZE}", records[first:], len(SILVER_MOMENTS) + 1, rng)
     for moment in SILVER_MOMENTS:
@@ -240,8 +245,3 @@ def _keys(server: EmbeddedS3, prefix_uri: str) -> list[str]:
     assert endpoint is not None
     listed = server.client(endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for o in listed.get("Contents", []) if o["Key"].rsplit("/", 1)[1].isdigit()]
-
-
-def _version(spark: SparkSession, server: EmbeddedS3, uri: str) -> int:
-    read_s3(spark, server, uri)
-    return int(spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"])  # type: ignore[index]

@@ -4,6 +4,7 @@ the JVM hands them over) and, where Spark gives only text, by the traces that te
 from __future__ import annotations
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from lakehouse.errors import Thrown, cause_chain, describe, explain
 
@@ -58,9 +59,20 @@ def test_a_server_gone_mid_request_is_object_storage_too() -> None:
     )
 
 
+def test_the_lease_clients_refused_connection_is_object_storage_too() -> None:
+    refused = EndpointConnectionError(endpoint_url="http://127.0.0.1:41457/lake/_leases/t")
+
+    assert explain(refused) == (
+        "object storage at 127.0.0.1:41457 did not answer (Could not connect to the endpoint "
+        'URL: "http://127.0.0.1:41457/lake/_leases/t"): is the S3 server up?'
+    )
+
+
 def test_a_refused_connection_under_the_kafka_client_is_the_broker_not_storage() -> None:
+    # The stream's checkpoint is on S3, and its wrapper says so: the caller is Kafka's.
+    on_s3 = Thrown(STREAM_FAILED.name, "checkpoint s3a://lake/_checkpoints/b", "STREAM_FAILED")
     chain = [
-        STREAM_FAILED,
+        on_s3,
         Thrown("org.apache.kafka.common.KafkaException", "Failed to construct kafka consumer"),
         Thrown("java.net.ConnectException", "Connection refused"),
     ]
