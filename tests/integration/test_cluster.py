@@ -104,6 +104,9 @@ def test_the_pipeline_on_the_cluster_with_s3_gives_the_same_tables_as_one_local_
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
         assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
+    usage = run_lakehouse("storage", "du", env=env)
+    assert "checkpoint silver.sessions_stream" in usage.stdout
+    assert "quality.check_expectation_results" in usage.stdout
     # The catalog is shared over the network: SQL finds the cluster's tables by name.
     answer = run_lakehouse(
         "sql", "SELECT count(*) AS sessions FROM gold.session_summary", "--format", "csv", env=env

@@ -1,5 +1,6 @@
-"""The whole pipeline with every table on a real S3 server: the same answers as on local
-disk, and one writer per table."""
+"""Tables on a real S3 server: streams that compact their own tables while writing give
+the same answers as on local disk, and one writer per table. The whole pipeline on S3
+against local disk is `test_cluster.py`'s, on the cluster it needs anyway."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.incremental import run_models
-from lakehouse.pipeline import MODELS
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
@@ -77,30 +76,6 @@ def use_s3(spark: SparkSession, server: EmbeddedS3) -> None:
 
 def comparable(frame: DataFrame) -> DataFrame:
     return frame.select(*[c for c in frame.columns if c not in VOLATILE])
-
-
-def test_the_pipeline_on_s3_gives_the_same_tables_as_on_local_disk(
-    spark: SparkSession, kafka_bootstrap: str, s3: EmbeddedS3, tmp_path: Path
-) -> None:
-    produce(SPEC, kafka_bootstrap)
-    local = settings_for(tmp_path / "local", kafka_bootstrap, PREFIX)
-    sensor_records.run(spark, local)
-    reconstruct.run(spark, local)
-    run_models(spark, local.storage, MODELS)
-    env = s3_env(tmp_path / "on-s3", kafka_bootstrap, s3)
-
-    for command in PIPELINE:
-        result = run_lakehouse(*command, env=env)
-        assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
-
-    root = env["LAKEHOUSE__STORAGE__ROOT"]
-    for name in COMPARED:
-        on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
-        on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
-        assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
-    usage = run_lakehouse("storage", "du", env=env)
-    assert "checkpoint silver.sessions_stream" in usage.stdout
-    assert "quality.check_expectation_results" in usage.stdout
 
 
 def test_a_second_writer_of_a_leased_table_is_refused_and_changes_nothing(
