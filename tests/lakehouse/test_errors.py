@@ -199,3 +199,53 @@ def test_the_sql_guards_refusal_is_its_own_words() -> None:
 
 def test_a_plain_python_error_is_named_by_its_class() -> None:
     assert explain(KeyError("sensor")) == "KeyError: 'sensor'"
+
+
+class _JavaThrowable:
+    """What `_walk` reads of a py4j proxy of a `java.lang.Throwable`, for chains the JVM
+    rarely makes on demand: a suppressed exception, and a cause that loops back."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name, self.message = name, message
+        self.cause: _JavaThrowable | None = None
+        self.suppressed: list[_JavaThrowable] = []
+
+    def hashCode(self) -> int:
+        return id(self)
+
+    def getMessage(self) -> str:
+        return self.message
+
+    def getCondition(self) -> str | None:
+        from py4j.protocol import Py4JError
+
+        raise Py4JError("not a SparkThrowable")
+
+    def getClass(self) -> _JavaThrowable:
+        return self
+
+    def getName(self) -> str:
+        return self.name
+
+    def getCause(self) -> _JavaThrowable | None:
+        return self.cause
+
+    def getSuppressed(self) -> list[_JavaThrowable]:
+        return self.suppressed
+
+
+def test_the_chain_takes_causes_and_suppressed_exceptions_once_each() -> None:
+    outer = _JavaThrowable("org.apache.spark.SparkException", "[TASK_WRITE_FAILED] writing")
+    refused = _JavaThrowable("java.net.ConnectException", "Connection refused")
+    closing = _JavaThrowable(SDK, "Unable to close: Connect to 127.0.0.1:41457 failed")
+    outer.cause, outer.suppressed, refused.cause = refused, [closing], outer  # a loop back
+
+    class Failed(Exception):
+        java_exception = outer
+
+    assert [(t.name, t.condition) for t in cause_chain(Failed())] == [
+        ("org.apache.spark.SparkException", "TASK_WRITE_FAILED"),
+        ("java.net.ConnectException", None),
+        (SDK, None),
+    ]
+    assert explain(Failed()).startswith("object storage at 127.0.0.1:41457 did not answer")
