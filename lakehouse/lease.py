@@ -178,10 +178,16 @@ def holding(settings: Settings, tables: Sequence[str], application: str) -> Iter
     ttl = settings.storage.lease_seconds
     holder = writer_name(application)
     held = Held()
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         for table in tables:
             lease = TableLease(client, bucket, prefix, table, holder, ttl)
-            lease.acquire()
+            try:
+                lease.acquire()
+            except (BotoCoreError, ClientError) as error:  # S3 down, or refusing the keys
+                why = explain(error)
+                raise LakehouseError(f"cannot take the lease of {table}: {why}") from None
             held.leases.append(lease)
         stop = threading.Event()
         renewer = threading.Thread(

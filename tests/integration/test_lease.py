@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from lakehouse.lease import LeaseRefused, TableLease
+from lakehouse.errors import LakehouseError
+from lakehouse.lease import LeaseRefused, TableLease, holding
 from lakehouse.services.s3 import EmbeddedS3
-from tests.support import S3_KEYS
+from tests.support import S3_KEYS, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +117,16 @@ def test_releasing_frees_the_lease_at_once(s3: EmbeddedS3) -> None:
     first.release()
 
     assert lease(s3, "silver.violations", "second@host").acquire().holder == "second@host"
+
+
+def test_taking_a_lease_from_a_server_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
+    s = settings_for(tmp_path, "127.0.0.1:9", "x.", storage__root="s3a://lake/t",
+                     s3__endpoint="http://127.0.0.1:9", s3__access_key=S3_KEYS[0],
+                     s3__secret_key=S3_KEYS[1])  # fmt: skip
+
+    with pytest.raises(LakehouseError) as refused, holding(s, ["silver.sessions"], "silver"):
+        pass
+
+    assert str(refused.value).startswith(
+        "cannot take the lease of silver.sessions: object storage at 127.0.0.1:9 did not answer"
+    )
