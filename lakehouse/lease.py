@@ -212,5 +212,6 @@ def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
             try:
                 lease.renew()
             except Exception as error:  # taken over, or S3 gone: the writer must stop
-                held.lost = f"lost the lease of {lease.table}: {explain(error)}"
+                why = str(error) if isinstance(error, LakehouseError) else explain(error)
+                held.lost = f"lost the lease of {lease.table}: {why}"
                 return

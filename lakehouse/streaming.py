@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -57,12 +58,12 @@ def run_foreach_batch(
 
     stats = RunStats()
 
-    def run(trigger: dict[str, bool | str]) -> RunStats:
+    def run(**trigger: Any) -> RunStats:
         writer = (
             frame.writeStream.queryName(name)
             .foreachBatch(write_batch)
             .option("checkpointLocation", checkpoint)
-            .trigger(**trigger)  # type: ignore[arg-type]
+            .trigger(**trigger)
         )
         query = _start_in_its_format(spark, writer, name, checkpoint)
         query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
@@ -72,11 +73,11 @@ def run_foreach_batch(
     # Spark ignores a source's read limits under Trigger.Once: one batch of everything. A
     # batch of it that a killed job left uncommitted is redone as planned, whole.
     new = whole_first_batch and checkpoint_format(spark, checkpoint) is None
-    if new and run({"once": True}).stopped:
+    if new and run(once=True).stopped:
         return stats
     if trigger_interval is None:
-        return run({"availableNow": True})
-    return run({"processingTime": trigger_interval})
+        return run(availableNow=True)
+    return run(processingTime=trigger_interval)
 
 
 def _start_in_its_format(

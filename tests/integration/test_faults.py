@@ -23,7 +23,7 @@ from lakehouse.settings import StorageSettings
 from lakehouse.streaming import checkpoint_format
 from tests.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
 from tests.integration.test_bronze import FAULTS, as_tuples, consume_all, quarantined_rows
-from tests.integration.test_s3_lake import PREFIX, SPEC, _version, read_s3, s3_env, use_s3
+from tests.integration.test_s3_lake import PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
 from tests.integration.test_silver import assert_matches, silver_tables, small_spec
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
@@ -190,7 +190,7 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
             # The moment that proves the idempotent write: the batch is in the table, its
             # checkpoint does not know it, and the rerun below redoes it.
             batches = len(_keys(server, f"{root}/_checkpoints/{BRONZE}/commits/"))
-            assert _version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
+            assert table_version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
 
     rerun = run_lakehouse("run", "bronze", env=env)
 

@@ -97,7 +97,7 @@ def test_a_second_writer_of_a_leased_table_is_refused_and_changes_nothing(
         assert first.stdout is not None
         while "batch 0 wrote" not in first.stdout.readline():
             assert time.monotonic() < deadline and first.poll() is None, "no first batch"
-        versions = read_s3(spark, s3, table).count(), _version(spark, s3, table)
+        versions = read_s3(spark, s3, table).count(), table_version(spark, s3, table)
 
         for second in (("run", "bronze"), ("compact", "bronze.sensor_records")):
             refused = run_lakehouse(*second, env=env)
@@ -106,13 +106,13 @@ def test_a_second_writer_of_a_leased_table_is_refused_and_changes_nothing(
             assert last.startswith("lakehouse: error: bronze.sensor_records is leased to the ")
             assert "bronze stream@" in last and "one writer per table" in last
 
-        assert (read_s3(spark, s3, table).count(), _version(spark, s3, table)) == versions
+        assert (read_s3(spark, s3, table).count(), table_version(spark, s3, table)) == versions
     finally:
         first.send_signal(signal.SIGINT)
         first.wait(60)
 
 
-def _version(spark: SparkSession, server: EmbeddedS3, uri: str) -> int:
+def table_version(spark: SparkSession, server: EmbeddedS3, uri: str) -> int:
     read_s3(spark, server, uri)  # sets the S3 keys on this session's Hadoop configuration
     return int(spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"])  # type: ignore[index]
 
