@@ -1,4 +1,5 @@
-"""gold.session_summary: one row per capture session, with the Kafka lineage of its ends.
+"""gold.session_summary: one row per capture session (sensor, session id), with the Kafka
+lineage of its ends.
 
 From `silver.sessions` (status, counters, times, lineage) and `silver.violations` (how
 many of its records were rejected, counted from the rejections themselves).
@@ -13,9 +14,10 @@ from lakehouse.incremental import model
 from silver import sessions, violations
 
 NAME = "gold.session_summary"
-KEY = ("session_id",)
+KEY = ("sensor_id", "session_id")
+"""A session is (sensor, session id): two sensors may number their sessions alike."""
 COLUMNS = """
-    session_id STRING NOT NULL, sensor_id STRING, status STRING NOT NULL,
+    sensor_id STRING NOT NULL, session_id STRING NOT NULL, status STRING NOT NULL,
     started_at TIMESTAMP, ended_at TIMESTAMP, duration_seconds DOUBLE,
     records BIGINT NOT NULL, snapshots BIGINT NOT NULL, updates BIGINT NOT NULL,
     final_rows BIGINT NOT NULL,
@@ -29,15 +31,13 @@ COLUMNS = """
 
 def changed_sessions(session_changes: DataFrame, violation_changes: DataFrame) -> DataFrame:
     """Every session with a changed summary or a new violation."""
-    changed = session_changes.select("session_id").unionByName(
-        violation_changes.select("session_id")
-    )
+    changed = session_changes.select(*KEY).unionByName(violation_changes.select(*KEY))
     return changed.where(F.col("session_id").isNotNull())
 
 
 def of_sessions(keys: DataFrame, *inputs: DataFrame) -> tuple[DataFrame, ...]:
     """Both inputs cut down to the given sessions."""
-    return tuple(frame.join(keys, "session_id", "left_semi") for frame in inputs)
+    return tuple(frame.join(keys, list(KEY), "left_semi") for frame in inputs)
 
 
 @model(
@@ -57,13 +57,13 @@ def session_summary(silver_sessions: DataFrame, silver_violations: DataFrame) ->
     """
     rejected = (
         silver_violations.where(F.col("session_id").isNotNull())
-        .groupBy("session_id")
+        .groupBy(*KEY)
         .agg(F.count("*").alias("violations"))
     )
     started, ended = F.col("first_event_time"), F.col("last_event_time")
-    return silver_sessions.join(rejected, "session_id", "left").select(
-        "session_id",
+    return silver_sessions.join(rejected, list(KEY), "left").select(
         "sensor_id",
+        "session_id",
         "status",
         started.alias("started_at"),
         ended.alias("ended_at"),

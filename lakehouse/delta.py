@@ -96,6 +96,16 @@ def append(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
     writer.save(location)
 
 
+def replace(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
+    """Replace every row of a Delta table with `frame` (in the table's columns) in one
+    commit; under `txn`, unless that micro-batch is already there."""
+    columns = DeltaTable.forPath(frame.sparkSession, location).toDF().columns
+    writer = frame.select(*columns).write.format("delta").mode("overwrite")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    writer.save(location)
+
+
 def merge(
     rows: DataFrame,
     location: str,

@@ -255,6 +255,15 @@ def run_model(
     ]
     delta.create(spark, model.table, target)
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
+    if not reason and last is not None:
+        reason = next(
+            (
+                f"{name} was rebuilt since the last run"
+                for name, s in sources.items()
+                if s.version > last[name][0] and _replaced_since(spark, s.location, last[name][0])
+            ),
+            "",
+        )
     run = ModelRun(model.name, "full", reason, sources=sources, started_at=started_at)
     if not reason:
         assert last is not None
@@ -359,6 +368,14 @@ def _why_full(last: Mapping[str, tuple[int, str]] | None, sources: Mapping[str, 
         if table_id != source.table_id or source.version < version:
             return f"{name} was recreated since the last run"
     return ""
+
+
+def _replaced_since(spark: SparkSession, uri: str, version: int) -> bool:
+    """Whether a commit after `version` replaced the whole table (silver's rebuild): its
+    change feed would hold the old table's deletes next to the new one, and recomputing
+    the keys it touches is a full refresh anyway."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").where(F.col("version") > version)
+    return bool(history.where(F.col("operationParameters")["mode"] == "Overwrite").take(1))
 
 
 def _lost_changes(error: Exception) -> bool:

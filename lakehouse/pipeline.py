@@ -30,8 +30,8 @@ class Stream:
     reads: str
     """The Delta table it reads incrementally, or `kafka`."""
     checkpoint: str
-    run: Callable[[SparkSession, Settings, bool, frozenset[str] | None], RunStats]
-    """`run(spark, settings, continuous, trace)`."""
+    run: Callable[[SparkSession, Settings, bool, frozenset[str] | None, bool], RunStats]
+    """`run(spark, settings, continuous, trace, full_refresh)`."""
     summary: Callable[[SparkSession, Settings, RunStats], list[str]]
 
 
@@ -40,7 +40,7 @@ STREAMS = {
         "bronze",
         "kafka",
         sensor_records.CHECKPOINT,
-        lambda spark, settings, continuous, _trace: sensor_records.run(
+        lambda spark, settings, continuous, _trace, _full: sensor_records.run(
             spark,
             settings,
             continuous,
@@ -52,12 +52,13 @@ STREAMS = {
         "silver",
         sensor_records.NAME,
         reconstruct.CHECKPOINT,
-        lambda spark, settings, continuous, trace: reconstruct.run(
+        lambda spark, settings, continuous, trace, full_refresh: reconstruct.run(
             spark,
             settings,
             continuous,
             trace,
             compaction.between_batches(spark, settings, reconstruct.WRITES, READERS),
+            full_refresh,
         ),
         reconstruct.summary,
     ),

@@ -105,10 +105,24 @@ class IntegrityRule:
 
 
 @dataclass(frozen=True)
+class SilverBounds:
+    """What one sensor can make the silver stream hold; past a bound, records are
+    violations naming it (docs/operations.md)."""
+
+    sessions_per_sensor: int
+    sessions_without_snapshot: int
+    rows_per_session: int
+
+
+@dataclass(frozen=True)
 class SilverSettings:
     integrity: list[IntegrityRule]
     """First rule whose `topics` matches a session's topic wins."""
     session_timeout_seconds: int
+    allowed_lateness_seconds: int
+    """How far a record's Kafka timestamp may trail the latest one silver has read (across
+    all topics) and still find its session as it left it."""
+    bounds: SilverBounds
     max_files_per_trigger: int
     trigger_interval: str
 

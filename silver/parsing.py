@@ -114,45 +114,61 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     """One row per row a plain record carries (a snapshot's rows, an upsert's row; one row
     for a delete, an end, an empty snapshot) and one per other record, keyed by session.
 
-    Columns: session_id (UNKEYED when the value names no usable one), topic, partition,
-    offset, `pos` (the row's place in its snapshot), `plain`, then for plain records the
-    envelope (sensor_id, seq, kind, event_time in microseconds, op) and the row (row_id
-    and its values), and for the others `key` and `value`, the bytes to parse in Python.
+    Columns: the session key (sensor_id, the sensor the topic names; session_id, UNKEYED
+    when the value names no usable one), topic, partition, offset, kafka_time (ms), `pos`
+    (the row's place in its snapshot), `plain`, then for plain records the envelope (seq,
+    kind, event_time in microseconds, op) and the row (row_id and its values), and for the
+    others `key` and `value`, the bytes to parse in Python.
     """
     bronze.sparkSession.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
-    # In stages, each column computed once: Spark would otherwise evaluate the parse and
+    # In stages, each a projection of its own: Spark would otherwise evaluate the parse and
     # the rules again inside every expression that uses them.
+    read = _read(bronze)
+    return _exploded(_keyed(_judged(_checked(read, topic_prefix)), topic_prefix))
+
+
+def _read(bronze: DataFrame) -> DataFrame:
+    """The value as text and as the protocol's typed message `m` (leniently read)."""
     text = F.col("value").cast("string")
-    read = bronze.select(
+    return bronze.select(
         "topic",
         "partition",
         "offset",
+        "kafka_timestamp",
         "key",
         "value",
         text.alias("text"),
         F.from_json(text, SCHEMA, {"allowNonNumericNumbers": "false"}).alias("m"),
     )
+
+
+def topic_sensor(topic_prefix: str) -> Column:
+    """The sensor a record's topic names: its suffix after the prefix (the whole topic if
+    it lacks the prefix, which the pattern that discovers topics rules out)."""
+    topic = F.col("topic")
+    return F.when(
+        topic.startswith(topic_prefix), F.substring(topic, len(topic_prefix) + 1, 1 << 20)
+    ).otherwise(topic)
+
+
+def _checked(read: DataFrame, topic_prefix: str) -> DataFrame:
+    """The message's fields as columns, whether its scalars keep the protocol's rules
+    (`scalars_hold`), and its keys as counted in the text and as typed."""
     m = F.col("m")
     envelope = {f.name: m[f.name] for f in protocol.ENVELOPE}
     envelope["event_time"] = _timestamp_micros(envelope["event_time"])
-    kind, op, row_id, row, rows = (m[c] for c in ("kind", "op", "row_id", "row", "rows"))
-    row_ids = F.transform(rows, lambda r: r["row_id"])
-    # A snapshot's rules take higher-order functions, which Spark evaluates without
-    # generated code: they get a projection of their own, so the others keep it.
+    kind, op, row_id, row = (m[c] for c in ("kind", "op", "row_id", "row"))
     scalar_keys = _present(m[f.name] for f in (*protocol.ENVELOPE, protocol.OP, protocol.ROW_ID))
     row_keys = F.when(row.isNotNull(), 1 + _row_keys(row)).otherwise(0)
     update_holds = holds(protocol.OP, op) & F.when(
         op == "delete", holds(protocol.ROW_ID, row_id)
     ).otherwise(holds(protocol.ROW_ID, row["row_id"]) & _values_hold(row["values"]))
-    sensor = F.when(
-        F.col("topic").startswith(topic_prefix),
-        F.substring(F.col("topic"), len(topic_prefix) + 1, 1 << 20),
-    )
-    text = F.col("text")
-    checked = read.select(
+    prefixed = F.col("topic").startswith(topic_prefix)
+    return read.select(
         "topic",
         "partition",
         "offset",
+        "kafka_timestamp",
         "key",
         "value",
         "text",
@@ -160,64 +176,80 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
         op.alias("op"),
         row_id.alias("row_id"),
         row.alias("row"),
-        rows.alias("rows"),
+        m["rows"].alias("rows"),
         (
             F.is_valid_utf8("value")
             & _all(holds(f, envelope[f.name]) for f in protocol.ENVELOPE)
             & (F.col("key").isNull() | (F.col("key") == F.encode(m["session_id"], "UTF-8")))
-            & (sensor.isNull() | (sensor == m["sensor_id"]))
+            & (~prefixed | (topic_sensor(topic_prefix) == m["sensor_id"]))
             & ((kind != "update") | update_holds)
         ).alias("scalars_hold"),
         F.call_udf(JSON_KEYS, "value", F.lit(",".join(_STRING_FIELDS))).alias("text_keys"),
         (scalar_keys + row_keys).alias("typed_keys"),
     )
+
+
+def _judged(checked: DataFrame) -> DataFrame:
+    """`plain`: the strict reading would find what the typed one did (snapshot rules take
+    higher-order functions, which Spark evaluates without generated code: they get this
+    projection of their own, so the others keep it)."""
     kind, rows = F.col("kind"), F.col("rows")
     row_ids = F.transform(rows, lambda r: r["row_id"])
     snapshot_holds = F.forall(
         rows, lambda r: holds(protocol.ROW_ID, r["row_id"]) & _values_hold(r["values"])
     ) & (F.size(F.array_distinct(row_ids)) == F.size(row_ids))
-    snapshot_keys = 1 + F.aggregate(rows, F.lit(0), lambda n, r: n + _row_keys(r))
-    with_snapshots = checked.withColumn(
-        "snapshot_keys", F.when(rows.isNotNull(), snapshot_keys).otherwise(0)
-    ).withColumn("snapshot_holds", F.when(kind == "snapshot", snapshot_holds))
-    typed = with_snapshots.withColumn(
-        "plain",
-        F.coalesce(
-            F.col("scalars_hold")
-            & (F.col("text_keys") == F.col("typed_keys") + F.col("snapshot_keys"))
-            & ((kind != "snapshot") | F.col("snapshot_holds")),
-            F.lit(False),
-        ),
+    snapshot_keys = F.when(
+        rows.isNotNull(), 1 + F.aggregate(rows, F.lit(0), lambda n, r: n + _row_keys(r))
+    ).otherwise(0)
+    plain = (
+        F.col("scalars_hold")
+        & (F.col("text_keys") == F.col("typed_keys") + snapshot_keys)
+        & ((kind != "snapshot") | snapshot_holds)
     )
-    envelope = {f.name: F.col(f.name) for f in protocol.ENVELOPE}
-    kind, op, row_id, row, rows = (F.col(c) for c in ("kind", "op", "row_id", "row", "rows"))
-    plain = F.col("plain")
-    # A record that is not plain is grouped by the session id it names, if usable, as
-    # the protocol's parser will judge it under that session.
-    named = F.get_json_object(text, "$.session_id")
-    session_id = F.when(plain, envelope["session_id"]).otherwise(
+    return checked.withColumn("plain", F.coalesce(plain, F.lit(False)))
+
+
+def _keyed(judged: DataFrame, topic_prefix: str) -> DataFrame:
+    """The session key, and what the state function reads: a plain record's fields and
+    rows (`items`), the bytes of the others.
+
+    A session is (sensor, session id), the sensor named by the topic, never by the value:
+    two sensors may number their sessions alike, and no record on one sensor's topic can
+    reach another's session. A record that is not plain is keyed by the session id it
+    names, if usable, as the protocol's parser will judge it under that session."""
+    plain, kind, op = F.col("plain"), F.col("kind"), F.col("op")
+    named = F.get_json_object(F.col("text"), "$.session_id")
+    session_id = F.when(plain, F.col("session_id")).otherwise(
         F.coalesce(F.when(named.rlike(protocol.ID_PATTERN), named), F.lit(UNKEYED))
     )
+    row = F.col("row")
     single = F.array(
         F.struct(
-            F.when(op == "delete", row_id).otherwise(row["row_id"]).alias("row_id"),
+            F.when(op == "delete", F.col("row_id")).otherwise(row["row_id"]).alias("row_id"),
             row["values"].alias("values"),
         )
     )
-    items = F.when(plain & (kind == "snapshot"), rows).when(plain & (kind == "update"), single)
-    judged = typed.select(
+    items = F.when(plain & (kind == "snapshot"), F.col("rows")).when(
+        plain & (kind == "update"), single
+    )
+    return judged.select(
+        topic_sensor(topic_prefix).alias("sensor_id"),
         session_id.alias("session_id"),
         "topic",
         "partition",
         "offset",
+        F.unix_millis("kafka_timestamp").alias("kafka_time"),
         plain.alias("plain"),
-        *(F.when(plain, c).alias(name) for name, c in envelope.items() if name != "session_id"),
-        F.when(plain, op).alias("op"),
+        *(F.when(plain, F.col(c)).alias(c) for c in ("seq", "kind", "event_time", "op")),
         items.alias("items"),
         F.when(~plain, F.col("key")).alias("key"),
         F.when(~plain, F.col("value")).alias("value"),
     )
-    exploded = judged.select("*", F.posexplode_outer("items").alias("pos", "item")).drop("items")
+
+
+def _exploded(keyed: DataFrame) -> DataFrame:
+    """One row per item; integer values with their null masks (see INTEGER_VALUES)."""
+    exploded = keyed.select("*", F.posexplode_outer("items").alias("pos", "item")).drop("items")
     value_columns = []
     for f in VALUES:
         value = F.col("item.values")[f.name]
@@ -229,13 +261,14 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
         else:
             value_columns.append(value.alias(f.name))
     return exploded.select(
+        "sensor_id",
         "session_id",
         "topic",
         "partition",
         "offset",
+        "kafka_time",
         F.coalesce("pos", F.lit(0)).alias("pos"),
         "plain",
-        "sensor_id",
         # never null for a plain record; 0 for the others, whose columns are unread
         F.coalesce("seq", F.lit(0)).alias("seq"),
         "kind",

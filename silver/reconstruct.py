@@ -9,21 +9,29 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from bronze import sensor_records
-from lakehouse import delta, lease
+from lakehouse import catalog, delta, lease
 from lakehouse.delta import Txn
+from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates
 from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import AfterBatch, RunStats, nothing_after_batch, run_foreach_batch
+from lakehouse.streaming import (
+    AfterBatch,
+    RunStats,
+    checkpoint_format,
+    nothing_after_batch,
+    run_foreach_batch,
+)
 from silver import (
     outputs,
     row_changes,
@@ -36,12 +44,13 @@ from silver import (
 from silver.parsing import UNKEYED, parse_records
 from silver.session_machine import (
     STATE_VERSION,
+    Clock,
     Mode,
     Output,
     Policy,
+    Reason,
     SessionMachine,
     SessionState,
-    Status,
 )
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
@@ -52,9 +61,42 @@ WRITES = (
     gates.results("silver").name,
 )
 """Every table the silver stream writes: on S3 it holds their leases while it runs."""
+SESSION_KEY = "session_id STRING"
 STATE_SCHEMA = (
-    "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, body STRING"
+    "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, "
+    "has_snapshot BOOLEAN, deadline BIGINT, body STRING"
 )
+"""A held session: a few plain columns beside the JSON body make `lakehouse inspect`
+readable, and let the sensor's eviction scan skip the body."""
+SENSOR_SCHEMA = "held BIGINT, without_snapshot BIGINT"
+"""What the sensor holds, for its bounds."""
+SESSIONS, SENSOR = "sessions", "sensor"
+"""The state variables of each sensor's key."""
+CLOCK_COLUMN = "kafka_clock"
+LATE_GUARD = "late_guard"
+
+
+def with_data_clock(parsed: DataFrame, lateness_seconds: int) -> DataFrame:
+    """The parsed records with the stream's event-time watermark on their Kafka timestamps.
+
+    Kafka timestamps rather than event times: every record has one, a record silver cannot
+    read included, and a sensor's broken clock (event times up to 2099 are valid) cannot
+    push the watermark ahead and end every session. Spark drops rows older than the
+    watermark before a stateful operator sees them, silently; a late record must instead
+    reach its session and be judged by its own time. Spark recognises the watermark column
+    by its metadata: the real clock column only feeds the watermark and is dropped, and the
+    operator is shown a column that carries that metadata but is never older than any
+    watermark, so nothing is dropped."""
+    delay = f"{lateness_seconds} seconds"
+    delay_ms = lateness_seconds * 1000
+    return (
+        parsed.withColumn(CLOCK_COLUMN, F.timestamp_millis("kafka_time"))
+        .withWatermark(CLOCK_COLUMN, delay)
+        # pandas' timestamps end in 2262
+        .withColumn(LATE_GUARD, F.lit("2262-01-01").cast("timestamp"))
+        .withMetadata(LATE_GUARD, {"spark.watermarkDelayMs": delay_ms})
+        .drop(CLOCK_COLUMN)
+    )
 
 
 def reconstruct_sessions(
@@ -62,72 +104,164 @@ def reconstruct_sessions(
 ) -> DataFrame:
     """One output row per row change, violation, trace step and touched session.
 
-    A topic `<topic_prefix><sensor>` holds that sensor's records only. `trace` is None
-    (off), empty (every session) or the session ids to trace.
+    State is held per sensor (the topic's): its sessions, keyed by session id, and what it
+    holds against its bounds. `trace` is None (off), empty (every session) or sessions as
+    `session_id` or `sensor/session_id`.
     """
-    timeout_ms = silver.session_timeout_seconds * 1000
-
-    def machine_for(topic: str, session_id: str) -> SessionMachine:
-        rule = silver.rule_for(topic)
-        traced = trace is not None and (not trace or session_id in trace)
-        return SessionMachine(Mode(rule.mode), Policy(rule.policy), rule.window, traced)
-
-    def sensor_of(topic: str) -> str | None:
-        return topic[len(topic_prefix) :] if topic.startswith(topic_prefix) else None
-
-    def on_session(
-        key: tuple[Any, ...], chunks: Iterable[pd.DataFrame], state: GroupState
-    ) -> Iterator[pd.DataFrame]:
-        session_id = str(key[0])
-        if state.hasTimedOut:
-            session = load_state(state.get)
-            state.remove()
-            if session.status is not Status.CLOSED:
-                machine_for(_topic(session), session_id).expire(session)
-                yield session_batch.to_frame(Output(), session)
-            return
-        # Spark hands a group's rows over in no order and in several chunks; Kafka
-        # (partition, offset) is the order the sensor sent them in.
-        rows = pd.concat(list(chunks), ignore_index=True).sort_values(
-            ["partition", "offset", "pos"], ignore_index=True
+    return (
+        with_data_clock(parsed, silver.allowed_lateness_seconds)
+        .groupBy("sensor_id")
+        .transformWithStateInPandas(
+            SensorSessions(silver, topic_prefix, trace), outputs.SCHEMA, "append", "EventTime"
         )
-        topic = rows["topic"].iat[0]
-        if session_id == UNKEYED:
-            yield session_batch.unkeyed(rows, sensor_of(topic))
-            return
-        session = load_state(state.get) if state.exists else SessionState(session_id)
-        topic = _topic(session) or topic
-        frames, keep = session_batch.judge(
-            machine_for(topic, session_id), session, rows, sensor_of(topic)
-        )
-        if keep:
-            # A closed session stays until the timeout, so that a record after its end is
-            # rejected as such in any later batch rather than opening a new session.
-            state.update(save_state(session))
-            state.setTimeoutDuration(timeout_ms)
-        yield from frames
-
-    return parsed.groupBy("session_id").applyInPandasWithState(
-        on_session,
-        outputs.SCHEMA,
-        STATE_SCHEMA,
-        "append",
-        GroupStateTimeout.ProcessingTimeTimeout,
     )
 
 
-def _topic(session: SessionState) -> str:
-    return session.first_lineage.topic if session.first_lineage else ""
+class SensorSessions(StatefulProcessor):
+    """One sensor's sessions, each judged by `silver.session_batch`, timed by `Clock`."""
+
+    def __init__(
+        self, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
+    ) -> None:
+        self.silver, self.topic_prefix, self.trace = silver, topic_prefix, trace
+        self.clock = Clock(silver.session_timeout_seconds * 1000)
+        self.bounds = silver.bounds
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.sessions = handle.getMapState(SESSIONS, SESSION_KEY, STATE_SCHEMA)
+        self.held = handle.getValueState(SENSOR, SENSOR_SCHEMA)
+
+    def machine_for(self, sensor: str, session_id: str) -> SessionMachine:
+        rule = self.silver.rule_for(self.topic_prefix + sensor)
+        trace = self.trace
+        traced = trace is not None and (
+            not trace or session_id in trace or f"{sensor}/{session_id}" in trace
+        )
+        return SessionMachine(
+            Mode(rule.mode), Policy(rule.policy), rule.window, traced,
+            self.bounds.rows_per_session,
+        )  # fmt: skip
+
+    def handleInputRows(
+        self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        sensor = str(key[0])
+        # Spark hands a key's rows over in no order and in several chunks; Kafka
+        # (partition, offset) is the order the sensor sent them in.
+        batch = pd.concat(list(rows), ignore_index=True).sort_values(
+            ["partition", "offset", "pos"], ignore_index=True
+        )
+        now = timerValues.getCurrentWatermarkInMs()
+        held, without = self.held.get() if self.held.exists() else (0, 0)
+        deadlines = []
+        # Sessions in the order of their first record: who meets a bound first is decided
+        # by the data, not by the order of a hash.
+        for session_id, records in batch.groupby("session_id", sort=False):
+            session_id = str(session_id)
+            if session_id == UNKEYED:
+                yield session_batch.unkeyed(records, sensor)
+                continue
+            found = self.sessions.getValue((session_id,))
+            if found is None:
+                refusal = self.refusal(records, held, without)
+                if refusal is not None:
+                    reason, detail = refusal
+                    yield session_batch.rejected(records, session_id, sensor, reason, detail)
+                    continue
+                session = SessionState(session_id, sensor)
+            else:
+                session = load_state(found)
+            before = session.has_snapshot
+            machine = self.machine_for(sensor, session_id)
+            frames, session, judged = session_batch.judge(
+                machine, session, records, sensor, self.clock
+            )
+            yield from frames
+            if not judged:
+                continue  # its state stays as it was
+            kept = self.clock.advance(machine, session, now)
+            yield session_batch.to_frame(Output(), session)
+            if found is None:
+                if not kept:
+                    continue
+                held, without = held + 1, without + (not session.has_snapshot)
+            elif not kept:
+                held, without = held - 1, without - (not before)
+                self.sessions.removeKey((session_id,))
+                continue
+            else:
+                without += int(before) - int(session.has_snapshot)
+            self.sessions.updateValue((session_id,), save_state(session, self.clock))
+            deadlines.append(self.clock.deadline(session))
+        self.held.update((held, without))
+        self.wake_at(min(deadlines, default=None))
+
+    def refusal(self, rows: pd.DataFrame, held: int, without: int) -> tuple[Reason, str] | None:
+        """Why a session the sensor does not hold yet is kept out, if a bound says so."""
+        bounds = self.bounds
+        if held >= bounds.sessions_per_sensor:
+            return Reason.SESSIONS_BOUND, (
+                f"the sensor already holds {held:,} sessions "
+                f"(silver.bounds.sessions_per_sensor = {bounds.sessions_per_sensor:,})"
+            )
+        opens = bool(rows["plain"].iat[0]) and rows["kind"].iat[0] == "snapshot"
+        if not opens and without >= bounds.sessions_without_snapshot:
+            return Reason.NO_SNAPSHOT_BOUND, (
+                f"the sensor already holds {without:,} sessions without a snapshot "
+                f"(silver.bounds.sessions_without_snapshot = {bounds.sessions_without_snapshot:,})"
+            )
+        return None
+
+    def handleExpiredTimer(
+        self, key: tuple[Any, ...], timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        """The watermark passed the earliest deadline among the sensor's sessions: move
+        every one to it (a scan of what the sensor holds, which its bounds keep small)."""
+        sensor = str(key[0])
+        now = timerValues.getCurrentWatermarkInMs()
+        held, without = self.held.get() if self.held.exists() else (0, 0)
+        deadlines = []
+        for (session_id,), found in list(self.sessions.iterator()):
+            if found[6] >= now:  # its deadline: nothing happens to it yet
+                deadlines.append(found[6])
+                continue
+            session = load_state(found)
+            machine = self.machine_for(sensor, session_id)
+            if self.clock.advance(machine, session, now):
+                yield session_batch.to_frame(Output(), session)
+                self.sessions.updateValue((session_id,), save_state(session, self.clock))
+                deadlines.append(self.clock.deadline(session))
+            else:
+                held, without = held - 1, without - (not session.has_snapshot)
+                self.sessions.removeKey((session_id,))
+        self.held.update((held, without))
+        self.wake_at(min(deadlines, default=None))
+
+    def wake_at(self, deadline: int | None) -> None:
+        """Keep one timer per sensor, at its earliest deadline."""
+        if deadline is None:
+            return
+        timers = list(self.handle.listTimers())
+        if timers and min(timers) <= deadline:
+            return
+        for timer in timers:
+            self.handle.deleteTimer(timer)
+        self.handle.registerTimer(deadline)
+
+    def close(self) -> None:
+        pass
 
 
-def save_state(session: SessionState) -> tuple[Any, ...]:
-    # A few plain columns beside the JSON body make `lakehouse inspect` readable.
+def save_state(session: SessionState, clock: Clock) -> tuple[Any, ...]:
     return (
         STATE_VERSION,
         str(session.status),
         session.last_seq,
         session.table_rows,
         session.records,
+        session.has_snapshot,
+        clock.deadline(session),
         session.to_json(),
     )
 
@@ -136,10 +270,10 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
     version = row[0]
     if version != STATE_VERSION:
         raise RuntimeError(
-            f"STATE_VERSION_MISMATCH: the checkpoint holds silver state version {version}, this "
-            f"code reads version {STATE_VERSION}; rebuild silver from bronze on a new checkpoint"
+            f"STATE_VERSION_MISMATCH: the checkpoint holds silver state version {version}, "
+            f"this code reads version {STATE_VERSION}: lakehouse run silver --full-refresh"
         )
-    return SessionState.from_json(row[5])
+    return SessionState.from_json(row[-1])
 
 
 def with_raw_values(rejected: DataFrame, bronze: DataFrame) -> DataFrame:
@@ -177,16 +311,24 @@ def run(
     continuous: bool = False,
     trace: frozenset[str] | None = None,
     after_batch: AfterBatch = nothing_after_batch,
+    full_refresh: bool = False,
 ) -> RunStats:
     """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`);
-    `after_batch` runs in each batch once its writes are done, under the stream's leases."""
+    `after_batch` runs in each batch once its writes are done, under the stream's leases.
+    `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables."""
+    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the silver stream") as held:
+        if full_refresh:
+            fs, path = catalog.hadoop_fs(spark, checkpoint)
+            fs.delete(path, True)
+        else:
+            refuse_old_state(spark, checkpoint)
         uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
         for spec in TABLES:
             delta.create(spark, spec, uri[spec.name])
-        # Without this, processing-time timeouts make Spark run empty batches forever and
-        # an availableNow run never ends; sessions then expire at the next batch with data.
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        # A batch without data runs when the watermark moved, so that silent sessions
+        # expire without waiting for more data; it moves only with data, so a run ends.
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         bronze_uri = settings.storage.table_uri(sensor_records.NAME)
         bronze = (
             spark.readStream.format("delta")
@@ -202,6 +344,10 @@ def run(
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
+            # A checkpoint's first batch holds all of bronze (below): it replaces silver's
+            # tables rather than adding to them, so that a rebuild (a new checkpoint, by
+            # --full-refresh or a lost one) never leaves a row twice.
+            rebuild = txn.version == 0
             # Every table and every expectation reads the same outputs: computed once.
             batch.persist()
             try:
@@ -212,17 +358,19 @@ def run(
                 }
                 selected[violations.NAME] = with_raw_values(selected[violations.NAME], bronze_now)
                 admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
-                gate.commit()
+                gate.commit(rebuild)
                 changes = admitted[row_changes.NAME]
 
                 def appends() -> None:
-                    delta.append(changes, uri[row_changes.NAME], txn)
                     transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
-                    # Most batches reject nothing and trace nothing: a commit of no rows
-                    # costs as much as a small one (a replay finds them empty again).
-                    for rows, spec in ((admitted[violations.NAME], violations.TABLE),
+                    for rows, spec in ((changes, row_changes.TABLE),
+                                       (admitted[violations.NAME], violations.TABLE),
                                        (transitions, state_transitions.TABLE)):  # fmt: skip
-                        if not rows.isEmpty():
+                        if rebuild:
+                            delta.replace(rows, uri[spec.name], txn)
+                        # Most batches reject nothing and trace nothing: a commit of no
+                        # rows costs as much as a small one (a replay finds them empty again).
+                        elif spec is row_changes.TABLE or not rows.isEmpty():
                             delta.append(rows, uri[spec.name], txn)
 
                 def merges() -> None:
@@ -232,8 +380,8 @@ def run(
                     if changes is selected[row_changes.NAME]:
                         marked = batch.where(F.col(outputs.LATEST))
                         latest = outputs.select(marked, row_changes.TABLE, txn.version)
-                    session_rows.write(changes, uri[session_rows.NAME], txn, latest)
-                    sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn)
+                    session_rows.write(changes, uri[session_rows.NAME], txn, latest, rebuild)
+                    sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn, rebuild)
 
                 # The tables are independent: while one thread appends, the other merges,
                 # so that each one's planning and commits overlap the other's work. Both
@@ -246,7 +394,6 @@ def run(
                 batch.unpersist()
             after_batch(txn.version, held)
 
-        checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
         interval = settings.silver.trigger_interval if continuous else None
         # A new stream's first batches list bronze's files by modification time, not by
         # commit: out of Kafka order wherever commits share an instant (S3 keeps seconds)
@@ -254,6 +401,21 @@ def run(
         # batch only, so a new checkpoint takes all of bronze in its first batch.
         return run_foreach_batch(
             rows, QUERY_NAME, checkpoint, write, interval, whole_first_batch=True
+        )
+
+
+def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:
+    """One line, before Spark says it in a trace, for a checkpoint older than this code's
+    state: sessions held one per key and timed by the pipeline's clock (version 3)."""
+    if checkpoint_format(spark, checkpoint) is None:
+        return
+    operators = spark.read.format("state-metadata").load(checkpoint).collect()
+    if not any(r.operatorName.startswith("transformWithState") for r in operators):
+        raise LakehouseError(
+            f"the silver checkpoint {checkpoint} holds state older than version "
+            f"{STATE_VERSION} (sessions keyed by id alone, timed by the pipeline's clock), "
+            "which cannot be carried over: rebuild silver with "
+            "`lakehouse run silver --full-refresh`"
         )
 
 
@@ -290,14 +452,18 @@ def live_state(spark: SparkSession, settings: Settings) -> DataFrame:
     spark.streams.active  # noqa: B018
     return (
         spark.read.format("statestore")
+        .option("stateVarName", SESSIONS)
         .load(checkpoint)
         .select(
-            F.col("key.session_id").alias("session_id"),
-            F.col("value.groupState.status").alias("status"),
-            F.col("value.groupState.last_seq").alias("last_seq"),
-            F.col("value.groupState.table_rows").alias("table_rows"),
-            F.col("value.groupState.records").alias("records"),
-            F.col("value.groupState.version").alias("state_version"),
-            F.length("value.groupState.body").alias("state_bytes"),
+            F.col("key.sensor_id").alias("sensor_id"),
+            F.col("user_map_key.session_id").alias("session_id"),
+            F.col("user_map_value.status").alias("status"),
+            F.col("user_map_value.last_seq").alias("last_seq"),
+            F.col("user_map_value.table_rows").alias("table_rows"),
+            F.col("user_map_value.records").alias("records"),
+            F.col("user_map_value.has_snapshot").alias("has_snapshot"),
+            F.timestamp_millis("user_map_value.deadline").alias("deadline"),
+            F.col("user_map_value.version").alias("state_version"),
+            F.length("user_map_value.body").alias("state_bytes"),
         )
     )

@@ -20,6 +20,7 @@ import pandas as pd
 from silver import outputs, row_changes, sessions, state_transitions, violations
 from silver.parsing import INTEGER_VALUES, VALUES
 from silver.session_machine import (
+    Clock,
     IntegrityError,
     Lineage,
     Mode,
@@ -42,19 +43,21 @@ _IN_ORDER_MODES = (Mode.STRICT, Mode.ORDERED, Mode.WINDOW)
 def process(
     machine: SessionMachine, state: SessionState, rows: pd.DataFrame, topic_sensor: str | None
 ) -> list[pd.DataFrame]:
-    """The outputs of a session's rows, sorted by (partition, offset, pos), as frames to
-    hand to Spark one by one; `state` is changed in place. `topic_sensor` is the sensor
-    the session's topic names."""
+    """The row changes and violations of a session's rows, sorted by (partition, offset,
+    pos), as frames to hand to Spark one by one; `state` is changed in place. `topic_sensor`
+    is the sensor the session's topic names."""
     batch = _Batch(rows)
     done, fast = 0, _Changes()
     if machine.mode in _IN_ORDER_MODES and not machine.trace and not state.pending:
-        done = _in_order(state, batch, fast, strict=machine.mode is Mode.STRICT)
+        done = _in_order(state, batch, fast, machine)
     records = [batch.record(i, state.session_id, topic_sensor) for i in range(done, batch.records)]
     slow = to_frame(machine.process(state, records)) if records else None
     fast_latest = _mark_latest(fast, batch, slow)
+    if len(batch.times):
+        state.last_time = max(state.last_time or 0, int(batch.times.max()))
     return [
         frame
-        for frame in (fast.frame(batch, state, fast_latest), slow, to_frame(Output(), state))
+        for frame in (fast.frame(batch, state, fast_latest), slow)
         if frame is not None and len(frame)
     ]
 
@@ -103,6 +106,7 @@ class _Batch:
         self.seqs = rows["seq"].tolist()
         self.row_ids = rows["row_id"].tolist()
         self.event_times = rows["event_time"].tolist()
+        self.times = rows["kafka_time"].to_numpy()
         self.topic = rows["topic"].iloc[0] if len(rows) else ""
 
     def column(self, name: str) -> np.ndarray:
@@ -202,7 +206,9 @@ class _Changes:
         return outputs.frame(columns, len(sources))
 
 
-def _in_order(state: SessionState, batch: _Batch, changes: _Changes, strict: bool) -> int:
+def _in_order(
+    state: SessionState, batch: _Batch, changes: _Changes, machine: SessionMachine
+) -> int:
     """Apply the batch's leading run of records that need no judging, as the machine
     would; the number of records applied."""
     applied = 0
@@ -211,7 +217,7 @@ def _in_order(state: SessionState, batch: _Batch, changes: _Changes, strict: boo
         expected = 0 if state.last_seq is None else state.last_seq + 1
         if not batch.plain[start] or state.status is not Status.OPEN:
             break
-        if batch.seqs[start] != expected or not _apply(state, batch, index, changes, strict):
+        if batch.seqs[start] != expected or not _apply(state, batch, index, changes, machine):
             break
         state.last_seq = expected
         applied += 1
@@ -230,7 +236,9 @@ def _in_order(state: SessionState, batch: _Batch, changes: _Changes, strict: boo
     return applied
 
 
-def _apply(state: SessionState, batch: _Batch, index: int, changes: _Changes, strict: bool) -> bool:
+def _apply(
+    state: SessionState, batch: _Batch, index: int, changes: _Changes, machine: SessionMachine
+) -> bool:
     """Apply one record in sequence as the machine would; False, changing nothing, if it
     needs judging."""
     start, end = batch.starts[index], batch.ends[index]
@@ -243,14 +251,18 @@ def _apply(state: SessionState, batch: _Batch, index: int, changes: _Changes, st
             if row_id in live:
                 live.remove(row_id)
                 changes.add(start, row_id, "delete", 0)
-            elif strict:
+            elif machine.mode is Mode.STRICT:
                 return False
         else:
+            if row_id not in live and len(live) >= machine.max_rows:
+                return False
             changes.add(start, row_id, "update" if row_id in live else "insert", 0)
             live.add(row_id)
         state.updates += 1
     elif kind == "snapshot":
         ids = [r for r in batch.row_ids[start:end] if r is not None]
+        if len(ids) > machine.max_rows:
+            return False
         ordinal = 0
         for row_id in sorted(live - set(ids)):
             changes.add(start, row_id, "delete", ordinal)
@@ -268,17 +280,30 @@ def _apply(state: SessionState, batch: _Batch, index: int, changes: _Changes, st
 
 
 def judge(
-    machine: SessionMachine, state: SessionState, rows: pd.DataFrame, topic_sensor: str | None
-) -> tuple[list[pd.DataFrame], bool]:
-    """The session's outputs for a batch of its rows, and whether its new state is kept.
+    machine: SessionMachine,
+    state: SessionState,
+    rows: pd.DataFrame,
+    topic_sensor: str | None,
+    clock: Clock,
+) -> tuple[list[pd.DataFrame], SessionState, bool]:
+    """The session's row changes and violations for a batch of its rows, the state they
+    leave (a new session where a record came after the old one's tombstone), and whether
+    they were judged (else the state is as it was).
 
-    Nothing raises but the `fail` policy: an error outside the state machine's own guard
-    per record (typing the output, say) makes the batch's records `internal` violations
-    and the state stays as it was, so the session goes on as if they had never come: its
-    next record shows the gap.
+    The session's clock moves with its records: where one comes later than the session's
+    deadline, the session expires (or its tombstone goes) before that record is judged,
+    as it would have in a batch of its own. Nothing raises but the `fail` policy: an error
+    outside the state machine's own guard per record (typing the output, say) makes the
+    batch's records `internal` violations and the state stays as it was, so the session
+    goes on as if they had never come: its next record shows the gap.
     """
     try:
-        return process(machine, state, rows, topic_sensor), True
+        frames = []
+        for part in _by_clock(rows, state, clock):
+            if not clock.advance(machine, state, int(part["kafka_time"].iat[0])):
+                state = SessionState(state.session_id, state.sensor_id)
+            frames += process(machine, state, part, topic_sensor)
+        return frames, state, True
     except IntegrityError:
         raise
     except Exception as error:
@@ -293,7 +318,37 @@ def judge(
         ]
         if machine.policy is Policy.FAIL:
             raise IntegrityError(f"session {state.session_id}: {detail}") from None
-        return [to_frame(Output(violations=found))], False
+        return [to_frame(Output(violations=found))], state, False
+
+
+def _by_clock(rows: pd.DataFrame, state: SessionState, clock: Clock) -> list[pd.DataFrame]:
+    """The rows cut before every record that comes more than the timeout after all before
+    it: only there can the session expire or its tombstone go."""
+    times = rows["kafka_time"].to_numpy()
+    latest = np.maximum.accumulate(times)
+    before = np.concatenate([[state.last_time if state.last_time is not None else times[0]],
+                             latest[:-1]])  # fmt: skip
+    cuts = np.flatnonzero(times > before + clock.timeout_ms)
+    if not len(cuts):
+        return [rows]
+    return [rows.iloc[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True) if a < b]
+
+
+def rejected(rows: pd.DataFrame, session_id: str, topic_sensor: str | None,
+             reason: Reason, detail: str) -> pd.DataFrame:  # fmt: skip
+    """Every record of these rows rejected for `reason`, changing no state: a session a
+    bound keeps out."""
+    batch = _Batch(rows)
+    found = []
+    for index in range(batch.records):
+        record = batch.record(index, session_id, topic_sensor)
+        found.append(
+            Violation(
+                session_id, topic_sensor, reason, detail, None, record.seq, record.lineage,
+                record.raw,
+            )
+        )  # fmt: skip
+    return to_frame(Output(violations=found))
 
 
 def unkeyed(rows: pd.DataFrame, topic_sensor: str | None) -> pd.DataFrame:

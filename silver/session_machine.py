@@ -17,8 +17,9 @@ from typing import Any
 
 from silver import protocol
 
-STATE_VERSION = 3
-"""Bump when `SessionState` changes shape: old checkpoints are then refused, not misread."""
+STATE_VERSION = 4
+"""Bump when `SessionState` or how silver keys it changes: old checkpoints are then
+refused, not misread. 4: sessions held per sensor, timed by Kafka timestamps."""
 
 
 class Mode(StrEnum):
@@ -52,6 +53,9 @@ class Reason(StrEnum):
     UNKNOWN_ROW = "unknown_row"  # delete of a row the table does not have
     AFTER_END = "after_end"  # anything after the session's end
     QUARANTINED = "quarantined"  # the session is broken; waiting for a snapshot
+    ROWS_BOUND = "rows_bound"  # the session's table would pass silver.bounds.rows_per_session
+    SESSIONS_BOUND = "sessions_bound"  # the sensor holds silver.bounds.sessions_per_sensor
+    NO_SNAPSHOT_BOUND = "no_snapshot_bound"  # ... silver.bounds.sessions_without_snapshot
     INTERNAL = "internal"  # handling the record failed unexpectedly (a bug, named in detail)
 
 
@@ -170,6 +174,8 @@ class SessionState:
     """`once` mode: every seq applied so far."""
     rows_at_end: int | None = None
     """Rows when the session ended: its row ids are dropped from state then."""
+    last_time: int | None = None
+    """The latest Kafka timestamp (ms) among its records: the session's clock (`Clock`)."""
 
     @property
     def table_rows(self) -> int:
@@ -250,6 +256,7 @@ class Transition:
     """Trace: the session before and after one record."""
 
     session_id: str
+    sensor_id: str | None
     action: str
     before: dict[str, Any]
     after: dict[str, Any]
@@ -269,13 +276,43 @@ class Output:
 
 
 @dataclass(frozen=True)
+class Clock:
+    """A session's life in the data's own time: Kafka timestamps, never the pipeline's.
+
+    A session with no record for `timeout_ms` after its last one has expired; what is left
+    of an ended session (closed by its `end`, or expired) is a tombstone kept for as long
+    again, so that a straggler is rejected as arriving after the end rather than opening a
+    session of the same id. The stream moves this clock by each record's own time and, for
+    sessions that receive none, by its event-time watermark: both end a session at the same
+    instant of the data's time, so how records were cut into batches changes nothing."""
+
+    timeout_ms: int
+
+    def deadline(self, state: SessionState) -> int:
+        """When the session expires, or its tombstone is evicted."""
+        assert state.last_time is not None
+        lives = 2 if state.status is Status.EXPIRED else 1
+        return state.last_time + lives * self.timeout_ms
+
+    def advance(self, machine: SessionMachine, state: SessionState, now: int) -> bool:
+        """Move the session to `now` (ms); False when nothing of it is left to hold."""
+        if state.last_time is None:
+            return True
+        if state.status in (Status.OPEN, Status.BROKEN) and self.deadline(state) < now:
+            machine.expire(state)
+        return not (state.status in (Status.CLOSED, Status.EXPIRED) and self.deadline(state) < now)
+
+
+@dataclass(frozen=True)
 class SessionMachine:
-    """How one session is judged: its mode, policy and window bound."""
+    """How one session is judged: its mode, policy, window and rows bounds."""
 
     mode: Mode = Mode.STRICT
     policy: Policy = Policy.QUARANTINE
     window: int = 100
     trace: bool = False
+    max_rows: int = 1_000_000
+    """silver.bounds.rows_per_session: past it, a record that would add rows is rejected."""
 
     def process(self, state: SessionState, records: Iterable[Record]) -> Output:
         """Apply records (in Kafka order) to the state, in place; return what happened."""
@@ -295,6 +332,7 @@ class SessionMachine:
                 out.transitions.append(
                     Transition(
                         state.session_id,
+                        state.sensor_id,
                         action,
                         before,
                         state.summary(),
@@ -305,9 +343,10 @@ class SessionMachine:
         return out
 
     def expire(self, state: SessionState) -> None:
-        """No record for longer than the timeout: the session is over."""
-        state.status = Status.EXPIRED
-        state.pending.clear()
+        """No record for longer than the timeout: the session is over; what is left is a
+        tombstone of counters, as after an `end`."""
+        state.status, state.rows_at_end = Status.EXPIRED, state.table_rows
+        state.row_ids, state.pending, state.seen = set(), {}, set()
 
     def _one(self, state: SessionState, record: Record, out: Output) -> str:
         state.records += 1
@@ -413,7 +452,7 @@ class SessionMachine:
         out.violations.append(
             Violation(
                 state.session_id,
-                record.sensor_id or state.sensor_id,
+                state.sensor_id or record.sensor_id,
                 reason,
                 detail,
                 expected,
@@ -456,6 +495,16 @@ class SessionMachine:
                 out,
                 Reason.UNKNOWN_ROW,
                 f"delete of unknown row {record.row_id}",
+                record.seq,
+            )
+        if self._too_many_rows(state, record):
+            return self._reject(
+                state,
+                record,
+                out,
+                Reason.ROWS_BOUND,
+                f"the session's table would pass {self.max_rows:,} rows "
+                "(silver.bounds.rows_per_session)",
                 record.seq,
             )
         self._advance(state, record.seq)
@@ -505,6 +554,16 @@ class SessionMachine:
             state.status, state.rows_at_end = Status.CLOSED, len(state.row_ids)
             state.row_ids, state.pending, state.seen = set(), {}, set()
         return action
+
+    def _too_many_rows(self, state: SessionState, record: Record) -> bool:
+        if record.kind == "snapshot":
+            return len(record.rows or ()) > self.max_rows
+        return (
+            record.kind == "update"
+            and record.op == "upsert"
+            and record.row_id not in state.row_ids
+            and len(state.row_ids) >= self.max_rows
+        )
 
     @staticmethod
     def _advance(state: SessionState, seq: int) -> None:

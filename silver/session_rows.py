@@ -16,9 +16,9 @@ from silver import protocol
 
 TABLE = TableSpec(
     name="silver.session_rows",
-    grain="one row per (session, row id)",
+    grain="one row per (sensor_id, session_id, row_id)",
     columns=f"""
-        session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
+        sensor_id STRING NOT NULL, session_id STRING NOT NULL, row_id STRING NOT NULL,
         {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL, event_time TIMESTAMP, {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
@@ -27,12 +27,13 @@ TABLE = TableSpec(
     properties={"delta.enableDeletionVectors": "true"},
 )
 NAME = TABLE.name
+KEY = ("sensor_id", "session_id", "row_id")
 
 
 def latest_changes(changes: DataFrame) -> DataFrame:
     """One row per (session, row id): the last change of the batch, in seq order (in
     Kafka order where a lax integrity mode let two records share a seq)."""
-    last_first = Window.partitionBy("session_id", "row_id").orderBy(
+    last_first = Window.partitionBy(*KEY).orderBy(
         F.desc("seq"), F.desc("offset"), F.desc("ordinal")
     )
     return (
@@ -40,9 +41,17 @@ def latest_changes(changes: DataFrame) -> DataFrame:
     )
 
 
-def write(changes: DataFrame, path: str, txn: Txn, latest: DataFrame | None = None) -> None:
-    """Apply a batch of `silver.row_changes` rows; `latest`, where the caller has it, is
-    already their `latest_changes`."""
-    key = ("session_id", "row_id")
+def write(
+    changes: DataFrame,
+    path: str,
+    txn: Txn,
+    latest: DataFrame | None = None,
+    rebuild: bool = False,
+) -> None:
+    """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`,
+    where the caller has it, is already their `latest_changes`."""
     rows = latest_changes(changes) if latest is None else latest
-    delta.merge(rows, path, key, txn, delete_when="s.op = 'delete'")
+    if rebuild:
+        delta.replace(rows.where("op <> 'delete'"), path, txn)
+    else:
+        delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")

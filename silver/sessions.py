@@ -17,9 +17,9 @@ from silver.session_machine import SessionState
 
 TABLE = TableSpec(
     name="silver.sessions",
-    grain="one row per session",
+    grain="one row per session: (sensor_id, session_id)",
     columns=f"""
-        session_id STRING NOT NULL, sensor_id STRING, status STRING NOT NULL,
+        sensor_id STRING NOT NULL, session_id STRING NOT NULL, status STRING NOT NULL,
         first_seq BIGINT, last_seq BIGINT, records BIGINT NOT NULL, snapshots BIGINT NOT NULL,
         updates BIGINT NOT NULL, rejected BIGINT NOT NULL,
         gaps BIGINT NOT NULL COMMENT 'times seq skipped ahead of the next expected one',
@@ -31,14 +31,16 @@ TABLE = TableSpec(
     change_feed=True,  # gold reads it incrementally
 )
 NAME = TABLE.name
+KEY = ("sensor_id", "session_id")
+"""A session: two sensors may number their sessions alike."""
 
 
 def row(session: SessionState) -> dict[str, Any]:
     """A session's columns as it stands after the batch."""
     first = session.first_lineage
     return {
-        "session_id": session.session_id,
         "sensor_id": session.sensor_id,
+        "session_id": session.session_id,
         "status": str(session.status),
         "first_seq": session.first_seq,
         "last_seq": session.last_seq,
@@ -57,6 +59,9 @@ def row(session: SessionState) -> dict[str, Any]:
     }
 
 
-def write(touched: DataFrame, path: str, txn: Txn) -> None:
-    """Upsert the sessions a batch touched."""
-    delta.merge(touched, path, ("session_id",), txn)
+def write(touched: DataFrame, path: str, txn: Txn, rebuild: bool = False) -> None:
+    """Upsert the sessions a batch touched (`rebuild`: they are all there are)."""
+    if rebuild:
+        delta.replace(touched, path, txn)
+    else:
+        delta.merge(touched, path, KEY, txn)

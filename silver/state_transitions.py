@@ -13,7 +13,8 @@ TABLE = TableSpec(
     name="silver.state_transitions",
     grain="one row per record of a traced session",
     columns=f"""
-        session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL, action STRING NOT NULL,
+        sensor_id STRING, session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL,
+        action STRING NOT NULL,
         before STRING, after STRING, batch_id BIGINT NOT NULL, {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
@@ -24,6 +25,7 @@ NAME = TABLE.name
 def row(transition: Transition) -> dict[str, Any]:
     """A transition's columns; `before`/`after` are JSON summaries of the session."""
     return {
+        "sensor_id": transition.sensor_id,
         "session_id": transition.session_id,
         "seq": transition.seq,
         "action": transition.action,

@@ -32,8 +32,8 @@ def add_commands(commands: Any) -> None:
         nargs="?",
         const="",
         metavar="SESSION[,SESSION...]",
-        help="silver: write every state transition of these sessions (all when no list is "
-        "given) to silver.state_transitions",
+        help="silver: write every state transition of these sessions, each `session_id` or "
+        "`sensor/session_id` (all when no list is given), to silver.state_transitions",
     )
     run.add_argument(
         "--select",
@@ -46,7 +46,10 @@ def add_commands(commands: Any) -> None:
     run.add_argument(
         "--full-refresh",
         action="store_true",
-        help="gold: rebuild the selected models from their inputs instead of incrementally",
+        help="silver: rebuild silver from all of bronze on a new checkpoint, its first batch "
+        "replacing silver's tables (after a state version change or a lost checkpoint; gold "
+        "then refreshes in full by itself). gold: rebuild the selected models from their "
+        "inputs instead of incrementally",
     )
     run.set_defaults(handler=run_layer)
 
@@ -87,8 +90,10 @@ def add_commands(commands: Any) -> None:
 def run_layer(args: argparse.Namespace) -> None:
     from lakehouse import pipeline
 
-    if args.layer != "gold" and (args.select or args.full_refresh):
-        raise LakehouseError("--select and --full-refresh apply to `run gold` only")
+    if args.layer != "gold" and args.select:
+        raise LakehouseError("--select applies to `run gold` only")
+    if args.layer == "bronze" and args.full_refresh:
+        raise LakehouseError("--full-refresh applies to `run silver` and `run gold`")
     if args.layer == "gold" and (args.continuous or args.trace is not None):
         raise LakehouseError("gold is a batch job: --continuous and --trace do not apply")
     if args.layer == "bronze" and args.trace is not None:
@@ -116,7 +121,7 @@ def run_layer(args: argparse.Namespace) -> None:
         return
     stream = pipeline.STREAMS[args.layer]
     trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
-    stats = stream.run(spark, settings, args.continuous, trace)
+    stats = stream.run(spark, settings, args.continuous, trace, args.full_refresh)
     for line in stream.summary(spark, settings, stats):
         echo(line)
 
@@ -130,16 +135,18 @@ def run_inspect(args: argparse.Namespace) -> None:
     try:
         state = pipeline.live_sessions(spark, settings)
         if args.session:
-            state = state.where(F.col("session_id").isin(args.session))
-        rows = state.orderBy("session_id").limit(args.limit).collect()
+            named = F.concat_ws("/", "sensor_id", "session_id")
+            state = state.where(F.col("session_id").isin(args.session) | named.isin(args.session))
+        rows = state.orderBy("sensor_id", "session_id").limit(args.limit).collect()
         total = state.count()
     except Exception as error:  # Spark's reader says "no state" in a long Java trace
         raise LakehouseError(f"cannot read silver state: {explain(error)}") from None
     echo(f"{total:,} live sessions in silver state" + (f" (first {len(rows)})" if rows else ""))
     for r in rows:
         echo(
-            f"  {r.session_id:<36} {r.status:<8} last_seq={r.last_seq} rows={r.table_rows} "
-            f"records={r.records} state={r.state_bytes:,}B"
+            f"  {r.sensor_id}/{r.session_id:<36} {r.status:<8} last_seq={r.last_seq} "
+            f"rows={r.table_rows} records={r.records} until={r.deadline:%Y-%m-%d %H:%M:%S} "
+            f"state={r.state_bytes:,}B"
         )
 
 

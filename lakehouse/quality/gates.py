@@ -399,8 +399,9 @@ class BatchGate:
         finally:
             frame.unpersist()
 
-    def commit(self) -> None:
-        """Record results and quarantined rows; raise if a `fail` expectation failed.
+    def commit(self, rebuild: bool = False) -> None:
+        """Record results and quarantined rows (`rebuild`: instead of those quarantined
+        before, for a batch that rebuilds the layer); raise if a `fail` expectation failed.
 
         A failing batch records its results outside the transaction and quarantines
         nothing, so that the replay after the suite or the data is fixed writes all of it.
@@ -426,12 +427,12 @@ class BatchGate:
                 f"the batch was not committed (suite {validator.suites[table].path})"
             )
         delta.append(found, self.storage.table_uri(results(self.layer).name), self.txn)
+        diverted = self.storage.table_uri(quarantine(self.layer).name)
         if self.quarantined:
-            delta.append(
-                reduce(DataFrame.unionByName, self.quarantined),
-                self.storage.table_uri(quarantine(self.layer).name),
-                self.txn,
-            )
+            rows = reduce(DataFrame.unionByName, self.quarantined)
+            (delta.replace if rebuild else delta.append)(rows, diverted, self.txn)
+        elif rebuild and catalog.is_delta(spark, diverted):
+            delta.replace(spark.read.format("delta").load(diverted).limit(0), diverted, self.txn)
 
 
 def offending_rows(frame: DataFrame, check: Check, suite: Suite) -> DataFrame:

@@ -16,6 +16,7 @@ from silver import session_batch
 from silver.outputs import OTHER, OTHERS
 from silver.parsing import INTEGER_VALUES, VALUES
 from silver.session_machine import (
+    Clock,
     IntegrityError,
     Mode,
     Policy,
@@ -28,8 +29,10 @@ from silver.session_machine import (
 from tests.silver.test_session_machine import delete, end, raw, rec, snapshot, upsert, vals
 
 STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
+CLOCK = Clock(timeout_ms=60_000)
 COLUMNS = [
-    *("session_id", "topic", "partition", "offset", "pos", "plain", "sensor_id", "seq", "kind"),
+    *("session_id", "topic", "partition", "offset", "kafka_time", "pos", "plain", "sensor_id"),
+    *("seq", "kind"),
     *("event_time", "op", "row_id", *(f.name for f in VALUES)),
     *(f"{name}_null" for name in INTEGER_VALUES),
     *("key", "value"),
@@ -41,7 +44,12 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
     protocol accepts them), raw bytes otherwise."""
     rows = []
     for record in records:
-        lineage = {"session_id": record.session_id, **record.lineage.columns(), "pos": 0}
+        lineage = {
+            "session_id": record.session_id,
+            **record.lineage.columns(),
+            "kafka_time": record.lineage.offset,  # a millisecond per offset
+            "pos": 0,
+        }
         if not plain or record.problem:
             # as the JVM leaves them: envelope and integers 0, the bytes kept
             unread = {"seq": 0, "event_time": 0, "key": None, "value": record.raw}
@@ -72,7 +80,7 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
             rows.append(row)
     return (
         pd.DataFrame(rows, columns=COLUMNS)
-        .astype({"seq": "int64", "event_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")})
+        .astype({"seq": "int64", "event_time": "int64", "kafka_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")})
         .sort_values(["partition", "offset", "pos"], ignore_index=True)
     )
 
@@ -218,7 +226,9 @@ class EmitsAnUntypedValue(SessionMachine):
 def test_an_error_typing_a_sessions_output_makes_its_records_internal_violations() -> None:
     records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
     rows = rows_of(records, plain=False)
-    frames, keep = session_batch.judge(EmitsAnUntypedValue(), SessionState("s1"), rows, "a")
+    frames, _, keep = session_batch.judge(
+        EmitsAnUntypedValue(), SessionState("s1"), rows, "a", CLOCK
+    )
     frame = expanded(frames)
 
     assert not keep
@@ -241,8 +251,8 @@ class RejectsWithAnUntypedSeq(SessionMachine):
 
 def test_a_value_carried_as_json_is_typed_in_the_state_function_as_well() -> None:
     records = [snapshot(0, r1=1), upsert(1, "r1", 2)]
-    frames, keep = session_batch.judge(
-        RejectsWithAnUntypedSeq(), SessionState("s1"), rows_of(records, plain=False), "a"
+    frames, _, keep = session_batch.judge(
+        RejectsWithAnUntypedSeq(), SessionState("s1"), rows_of(records, plain=False), "a", CLOCK
     )
     frame = expanded(frames)
 
@@ -253,4 +263,6 @@ def test_a_value_carried_as_json_is_typed_in_the_state_function_as_well() -> Non
 def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
     rows = rows_of([snapshot(0, r1=1)], plain=False)
     with pytest.raises(IntegrityError, match="session s1: handling the session's batch failed"):
-        session_batch.judge(EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), rows, "a")
+        session_batch.judge(
+            EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), rows, "a", CLOCK
+        )
