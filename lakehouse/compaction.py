@@ -143,6 +143,11 @@ def _allow_vacuum(spark: SparkSession, settings: Settings) -> None:
     # Delta's own check refuses anything under 7 days, not knowing the readers;
     # check_retention does, and its floor keeps the files of writes still in flight.
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    # Delta 4.4 otherwise ignores any RETAIN but 0 hours and applies the table's
+    # delta.deletedFileRetentionDuration (7 days by default), with a warning: the retention
+    # the reader-lag check guards must be the one VACUUM applies. (A table property would
+    # do the same, but setting it is a metadata commit that fails a stream writing there.)
+    spark.conf.set("spark.databricks.delta.vacuum.retentionWindowIgnore.enabled", "false")
     # VACUUM lists storage with this many tasks, 10,000 by default: one per core will do.
     spark.conf.set(
         "spark.sql.sources.parallelPartitionDiscovery.parallelism",

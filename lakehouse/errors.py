@@ -142,8 +142,8 @@ def _state_schema(chain: list[Thrown], checkpoint: str) -> str | None:
         return None
     return (
         f"the state in {checkpoint} was written with another state schema than this code "
-        "uses; state cannot be migrated in place: move the checkpoint aside and rerun to "
-        "rebuild from the upstream table on a new checkpoint. Spark said: "
+        "uses; state cannot be migrated in place: rebuild from the upstream table on a new "
+        "checkpoint (`lakehouse run silver --full-refresh`). Spark said: "
         + first_line(found.message)
     )
 

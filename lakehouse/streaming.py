@@ -35,12 +35,12 @@ def run_foreach_batch(
     checkpoint: str,
     write: Callable[[DataFrame, Txn], None],
     trigger_interval: str | None,
-    whole_first_batch: bool = False,
+    unlimited: DataFrame | None = None,
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
-    With `whole_first_batch`, a new checkpoint's first batch takes all the input there is,
-    whatever the source's read limits."""
+    `unlimited`, the same query without the source's read limits, is what a new
+    checkpoint runs first, to the end of its input: its first batch takes all there is."""
     query_id: list[str] = []
     started = threading.Event()
     spark = frame.sparkSession
@@ -58,9 +58,9 @@ def run_foreach_batch(
 
     stats = RunStats()
 
-    def run(**trigger: Any) -> RunStats:
+    def run(source: DataFrame = frame, **trigger: Any) -> RunStats:
         writer = (
-            frame.writeStream.queryName(name)
+            source.writeStream.queryName(name)
             .foreachBatch(write_batch)
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
@@ -70,11 +70,14 @@ def run_foreach_batch(
         started.set()
         return await_query(query, name, checkpoint, spark.conf.get(TRACE_FILE, None), stats)
 
-    # Spark ignores a source's read limits under Trigger.Once: one batch of everything. A
-    # batch of it that a killed job left uncommitted is redone as planned, whole.
-    new = whole_first_batch and checkpoint_format(spark, checkpoint) is None
-    if new and run(once=True).stopped:
-        return stats
+    # A batch that a killed job left uncommitted is redone as planned, whole. Not
+    # Trigger.Once, which ignores read limits too but runs one batch only: the batch
+    # without data that ends what the first batch's watermark made due would wait for the
+    # next data (a query restarted has no last batch to ask whether another is needed).
+    if unlimited is not None and checkpoint_format(spark, checkpoint) is None:
+        run(unlimited, availableNow=True)
+        if stats.stopped or trigger_interval is None:
+            return stats
     if trigger_interval is None:
         return run(availableNow=True)
     return run(processingTime=trigger_interval)

@@ -126,10 +126,11 @@ class SensorSessions(StatefulProcessor):
         self.silver, self.topic_prefix, self.trace = silver, topic_prefix, trace
         self.clock = Clock(silver.session_timeout_seconds * 1000)
         self.bounds = silver.bounds
+        self.state_schema = STATE_SCHEMA  # as the driver has it, which Spark checks
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.sessions = handle.getMapState(SESSIONS, SESSION_KEY, STATE_SCHEMA)
+        self.sessions = handle.getMapState(SESSIONS, SESSION_KEY, self.state_schema)
         self.held = handle.getValueState(SENSOR, SENSOR_SCHEMA)
 
     def machine_for(self, sensor: str, session_id: str) -> SessionMachine:
@@ -153,8 +154,9 @@ class SensorSessions(StatefulProcessor):
             ["partition", "offset", "pos"], ignore_index=True
         )
         now = timerValues.getCurrentWatermarkInMs()
-        held, without = self.held.get() if self.held.exists() else (0, 0)
-        deadlines = []
+        held, without = self.holding()
+        deadlines: list[int] = []
+        refused: dict[tuple[Reason, str], list[pd.DataFrame]] = {}
         # Sessions in the order of their first record: who meets a bound first is decided
         # by the data, not by the order of a hash.
         for session_id, records in batch.groupby("session_id", sort=False):
@@ -166,8 +168,7 @@ class SensorSessions(StatefulProcessor):
             if found is None:
                 refusal = self.refusal(records, held, without)
                 if refusal is not None:
-                    reason, detail = refusal
-                    yield session_batch.rejected(records, session_id, sensor, reason, detail)
+                    refused.setdefault(refusal, []).append(records)
                     continue
                 session = SessionState(session_id, sensor)
             else:
@@ -194,22 +195,31 @@ class SensorSessions(StatefulProcessor):
                 without += int(before) - int(session.has_snapshot)
             self.sessions.updateValue((session_id,), save_state(session, self.clock))
             deadlines.append(self.clock.deadline(session))
+        # A flood of sessions a bound keeps out is rejected in one frame per reason.
+        for (reason, detail), parts in refused.items():
+            yield session_batch.rejected(pd.concat(parts), sensor, reason, detail)
         self.held.update((held, without))
         self.wake_at(min(deadlines, default=None))
+
+    def holding(self) -> tuple[int, int]:
+        """Sessions the sensor holds, and of them those without a snapshot."""
+        found = self.held.get()
+        return (int(found[0]), int(found[1])) if found else (0, 0)
 
     def refusal(self, rows: pd.DataFrame, held: int, without: int) -> tuple[Reason, str] | None:
         """Why a session the sensor does not hold yet is kept out, if a bound says so."""
         bounds = self.bounds
         if held >= bounds.sessions_per_sensor:
             return Reason.SESSIONS_BOUND, (
-                f"the sensor already holds {held:,} sessions "
-                f"(silver.bounds.sessions_per_sensor = {bounds.sessions_per_sensor:,})"
+                "the sensor holds as many sessions as silver.bounds.sessions_per_sensor "
+                f"({bounds.sessions_per_sensor:,})"
             )
         opens = bool(rows["plain"].iat[0]) and rows["kind"].iat[0] == "snapshot"
         if not opens and without >= bounds.sessions_without_snapshot:
             return Reason.NO_SNAPSHOT_BOUND, (
-                f"the sensor already holds {without:,} sessions without a snapshot "
-                f"(silver.bounds.sessions_without_snapshot = {bounds.sessions_without_snapshot:,})"
+                "the sensor holds as many sessions without a snapshot as "
+                "silver.bounds.sessions_without_snapshot "
+                f"({bounds.sessions_without_snapshot:,})"
             )
         return None
 
@@ -220,7 +230,7 @@ class SensorSessions(StatefulProcessor):
         every one to it (a scan of what the sensor holds, which its bounds keep small)."""
         sensor = str(key[0])
         now = timerValues.getCurrentWatermarkInMs()
-        held, without = self.held.get() if self.held.exists() else (0, 0)
+        held, without = self.holding()
         deadlines = []
         for (session_id,), found in list(self.sessions.iterator()):
             if found[6] >= now:  # its deadline: nothing happens to it yet
@@ -330,13 +340,16 @@ def run(
         # expire without waiting for more data; it moves only with data, so a run ends.
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         bronze_uri = settings.storage.table_uri(sensor_records.NAME)
-        bronze = (
-            spark.readStream.format("delta")
-            .option("maxFilesPerTrigger", settings.silver.max_files_per_trigger)
-            .load(bronze_uri)
-        )
-        parsed = parse_records(bronze, settings.kafka.topic_prefix)
-        rows = reconstruct_sessions(parsed, settings.silver, settings.kafka.topic_prefix, trace)
+
+        def sessions_from_bronze(max_files: int) -> DataFrame:
+            bronze = (
+                spark.readStream.format("delta")
+                .option("maxFilesPerTrigger", max_files)
+                .load(bronze_uri)
+            )
+            parsed = parse_records(bronze, settings.kafka.topic_prefix)
+            return reconstruct_sessions(parsed, settings.silver, settings.kafka.topic_prefix, trace)
+
         bronze_now = spark.read.format("delta").load(
             settings.storage.table_uri(sensor_records.NAME)
         )
@@ -399,18 +412,22 @@ def run(
         # commit: out of Kafka order wherever commits share an instant (S3 keeps seconds)
         # or compaction rewrote old records into new files. Sessions are sorted within a
         # batch only, so a new checkpoint takes all of bronze in its first batch.
-        return run_foreach_batch(
-            rows, QUERY_NAME, checkpoint, write, interval, whole_first_batch=True
-        )
+        limited = sessions_from_bronze(settings.silver.max_files_per_trigger)
+        whole = sessions_from_bronze(2**31 - 1)
+        return run_foreach_batch(limited, QUERY_NAME, checkpoint, write, interval, whole)
 
 
 def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:
     """One line, before Spark says it in a trace, for a checkpoint older than this code's
     state: sessions held one per key and timed by the pipeline's clock (version 3)."""
-    if checkpoint_format(spark, checkpoint) is None:
+    found = checkpoint_format(spark, checkpoint)
+    if found is None:
         return
-    operators = spark.read.format("state-metadata").load(checkpoint).collect()
-    if not any(r.operatorName.startswith("transformWithState") for r in operators):
+    names = []  # transformWithState keeps commit logs of format 2 only
+    if found != "1":
+        metadata = spark.read.format("state-metadata").load(checkpoint).collect()
+        names = [r.operatorName for r in metadata]
+    if not any(name.startswith("transformWithState") for name in names):
         raise LakehouseError(
             f"the silver checkpoint {checkpoint} holds state older than version "
             f"{STATE_VERSION} (sessions keyed by id alone, timed by the pipeline's clock), "

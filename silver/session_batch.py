@@ -334,13 +334,14 @@ def _by_clock(rows: pd.DataFrame, state: SessionState, clock: Clock) -> list[pd.
     return [rows.iloc[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True) if a < b]
 
 
-def rejected(rows: pd.DataFrame, session_id: str, topic_sensor: str | None,
-             reason: Reason, detail: str) -> pd.DataFrame:  # fmt: skip
-    """Every record of these rows rejected for `reason`, changing no state: a session a
-    bound keeps out."""
+def rejected(rows: pd.DataFrame, topic_sensor: str, reason: Reason, detail: str) -> pd.DataFrame:
+    """Every record of these rows (of any sessions) rejected for `reason`, no state
+    changed: sessions a bound keeps out."""
     batch = _Batch(rows)
+    sessions = rows["session_id"].to_numpy()
     found = []
     for index in range(batch.records):
+        session_id = str(sessions[batch.starts[index]])
         record = batch.record(index, session_id, topic_sensor)
         found.append(
             Violation(

@@ -39,11 +39,24 @@ def test_a_summary_counts_the_sessions_violations_and_keeps_both_ends_lineage(
 
 
 def test_changed_sessions_are_those_with_a_new_summary_or_violation(spark: SparkSession) -> None:
-    summaries = spark.createDataFrame([("a",)], "session_id STRING")
-    rejections = spark.createDataFrame([("b",), (None,)], "session_id STRING")
+    key = "sensor_id STRING, session_id STRING"
+    summaries = spark.createDataFrame([("s1", "a")], key)
+    rejections = spark.createDataFrame([("s1", "b"), ("s1", None)], key)
 
-    expected = spark.createDataFrame([("a",), ("b",)], "session_id STRING")
+    expected = spark.createDataFrame([("s1", "a"), ("s1", "b")], key)
     assertDataFrameEqual(changed_sessions(summaries, rejections), expected)
+
+
+def test_a_session_is_its_sensors_two_sensors_may_use_the_same_id(spark: SparkSession) -> None:
+    other = {"sensor_id": "s2", "topic": "sensors.s2", "first_topic": "sensors.s2"}
+    silver_sessions = spark.createDataFrame([SESSION, {**SESSION, **other}], sessions.TABLE.columns)
+    silver_violations = spark.createDataFrame([VIOLATION], violations.TABLE.columns)
+
+    rows = session_summary(silver_sessions, silver_violations).collect()
+
+    assert sorted((r.sensor_id, r.session_id, r.violations) for r in rows) == [
+        ("s1", "a", 1), ("s2", "a", 0),
+    ]  # fmt: skip
 
 
 def test_narrowing_cuts_both_inputs_to_the_given_sessions(spark: SparkSession) -> None:
@@ -53,7 +66,7 @@ def test_narrowing_cuts_both_inputs_to_the_given_sessions(spark: SparkSession) -
     silver_violations = spark.createDataFrame(
         [VIOLATION, {**VIOLATION, "session_id": "b"}], violations.TABLE.columns
     )
-    keys = spark.createDataFrame([("b",)], "session_id STRING")
+    keys = spark.createDataFrame([("s1", "b")], "sensor_id STRING, session_id STRING")
 
     narrowed_sessions, narrowed_violations = of_sessions(keys, silver_sessions, silver_violations)
 

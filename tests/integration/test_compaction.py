@@ -109,6 +109,27 @@ def test_vacuum_refuses_a_retention_a_lagging_reader_would_lose_data_by(
     assert compact(spark, s, READERS, ["silver.row_changes"], retention_hours=0)
 
 
+def test_vacuum_deletes_what_is_older_than_the_configured_retention_and_keeps_the_rest(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Delta 4.4 ignores a RETAIN other than 0 by default and keeps 7 days: files of 3 and of
+    # 1 hour would then both stay.
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
+    location = s.storage.table_uri("gold.vacuum_probe")
+    spark.range(3).write.format("delta").save(location)
+    folder = Path(location.removeprefix("file://"))
+    old, young = folder / "part-old.parquet", folder / "part-young.parquet"
+    for path, hours in ((old, 3), (young, 1)):
+        path.write_bytes(b"not referenced by any version")
+        aged = time.time() - hours * 3600
+        os.utime(path, (aged, aged))
+
+    compact(spark, s, (), ["gold.vacuum_probe"], retention_hours=2)
+
+    assert not old.exists() and young.exists()
+    assert spark.read.format("delta").load(location).count() == 3
+
+
 def test_a_merge_that_compaction_commits_under_is_retried_and_applied_once(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

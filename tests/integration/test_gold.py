@@ -137,15 +137,15 @@ def daily_reference(changes: pd.DataFrame) -> dict[tuple[Any, ...], dict[str, An
 def summary_reference(
     silver_sessions: pd.DataFrame, silver_violations: pd.DataFrame
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    rejected = silver_violations.dropna(subset=["session_id"]).session_id.value_counts()
+    named = silver_violations.dropna(subset=["session_id"])
+    rejected = named.groupby(["sensor_id", "session_id"]).size()
     return {
-        (r.session_id,): {
-            "sensor_id": r.sensor_id,
+        (r.sensor_id, r.session_id): {
             "status": r.status,
             "records": r.records,
             "updates": r.updates,
             "final_rows": r.table_rows,
-            "violations": rejected.get(r.session_id, 0),
+            "violations": rejected.get((r.sensor_id, r.session_id), 0),
             "duration_seconds": (r.last_event_time - r.first_event_time).total_seconds(),
             "first_offset": r.first_offset,
             "last_offset": r.offset,

@@ -263,7 +263,7 @@ def test_no_hostile_record_stops_silver_or_gold(
     assert set(found_violations) - clean_lineages == expected_lineages
     assert not set(found_violations) & clean_lineages
 
-    clean_sessions = {reference.session_of(r[4]) for r in clean}
+    clean_sessions = {(r[0], reference.session_of(r[4])) for r in clean}
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in clean])
     assert_matches(only(silver_tables(spark, s), clean_sessions), expected)
 
@@ -274,7 +274,7 @@ def test_no_hostile_record_stops_silver_or_gold(
     assert {1970, 2026, 2099} <= hours
 
 
-def only(found: reference.Expected, sessions: set[str | None]) -> reference.Expected:
+def only(found: reference.Expected, sessions: set[tuple[str, str | None]]) -> reference.Expected:
     """The part of silver's tables that belongs to the given sessions."""
     return reference.Expected(
         rows={k: v for k, v in found.rows.items() if k[0] in sessions},

@@ -14,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
 
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.settings import Settings
-from lakehouse.spark import STATE_FORMAT
-from lakehouse.streaming import checkpoint_format
 from silver import reconstruct
+from silver.session_machine import STATE_VERSION
 from tests.integration.test_bronze import consume_all
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
@@ -38,7 +38,7 @@ def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
 
     found = reference.Expected()
     for r in table("session_rows"):
-        found.rows[(r.session_id, r.row_id)] = (
+        found.rows[((r.topic, r.session_id), r.row_id)] = (
             r.temperature,
             r.humidity,
             r.pressure,
@@ -50,11 +50,14 @@ def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
             r.offset,
         )
     for r in table("sessions"):
-        found.sessions[r.session_id] = (r.status, r.last_seq, r.records, r.rejected, r.table_rows)
+        found.sessions[(r.topic, r.session_id)] = (
+            r.status, r.last_seq, r.records, r.rejected, r.table_rows
+        )  # fmt: skip
     for r in table("violations"):
-        found.violations[(r.session_id, r.reason, r.offset)] += 1
+        session = None if r.session_id is None else (r.topic, r.session_id)
+        found.violations[(session, r.reason, r.offset)] += 1
     for r in table("row_changes"):
-        found.changes[(r.session_id, r.row_id, r.op, r.seq)] += 1
+        found.changes[((r.topic, r.session_id), r.row_id, r.op, r.seq)] += 1
     return found
 
 
@@ -197,27 +200,40 @@ def test_faults_from_the_broker_become_violations_by_reason(
     assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
 
 
-def test_a_checkpoint_begun_in_state_format_1_is_resumed_in_it_with_a_warning(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    # New checkpoints are written in format 2; Spark refuses to resume one of the other.
+    from lakehouse.errors import LakehouseError
+
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
-    records = kafka_records(small_spec(22, {"gap": 1}))
-    half = len(records) // 2
     bronze = s.storage.table_uri("bronze.sensor_records")
-    write_bronze(spark, bronze, records[:half], 1, random.Random(22))
-    spark.conf.set(STATE_FORMAT, "1")
-    try:
-        reconstruct.run(spark, s)
-    finally:
-        spark.conf.set(STATE_FORMAT, "2")
-    write_bronze(spark, bronze, records[half:], 1, random.Random(22))
-
-    reconstruct.run(spark, s)
-
-    assert "keeps state checkpoint format 1" in capsys.readouterr().out
+    records = kafka_records(small_spec(22, {}))
+    write_bronze(spark, bronze, records, 1, random.Random(22))
     checkpoint = s.storage.checkpoint_uri(reconstruct.CHECKPOINT)
-    assert checkpoint_format(spark, checkpoint) == "1"
+    # State version 3 kept one applyInPandasWithState group per session id.
+    old = spark.readStream.format("delta").load(bronze).withColumn("session_id", F.col("key"))
+    query = (
+        old.groupBy("session_id")
+        .applyInPandasWithState(
+            lambda key, rows, state: iter([]),
+            "session_id BINARY",
+            "n BIGINT",
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+    with pytest.raises(LakehouseError) as refused:
+        reconstruct.run(spark, s)
+
+    assert f"state older than version {STATE_VERSION}" in str(refused.value)
+    assert "lakehouse run silver --full-refresh" in str(refused.value)
+    reconstruct.run(spark, s, full_refresh=True)
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
 

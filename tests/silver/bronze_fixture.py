@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
@@ -24,17 +26,32 @@ def kafka_records(spec: TrafficSpec) -> list[tuple[str, int, int, bytes | None, 
     return records
 
 
+def sent_at_event_time(value: bytes) -> datetime:
+    """A producer's send time (Kafka's CreateTime): the message's event time, as a sensor
+    that sends as it measures would give it."""
+    return datetime.fromisoformat(json.loads(value)["event_time"])
+
+
 def write_bronze(
-    spark: SparkSession, path: str, records: list[tuple], commits: int, rng: random.Random
+    spark: SparkSession,
+    path: str,
+    records: list[tuple],
+    commits: int,
+    rng: random.Random,
+    sent_at: Callable[[bytes], datetime] | None = None,
 ) -> None:
     """Append the records in `commits` commits, in Kafka order across commits and shuffled
-    within each, the way a Spark task layout would leave them."""
+    within each, the way a Spark task layout would leave them. Kafka timestamps are
+    `sent_at(value)`, or one instant for all."""
     delta.create(spark, sensor_records.TABLE, path)
     cuts = sorted(rng.sample(range(1, len(records)), commits - 1)) if commits > 1 else []
     now = datetime(2026, 1, 1, tzinfo=UTC)
     for batch_id, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(records)], strict=True)):
         chunk = records[start:stop]
         rng.shuffle(chunk)
-        rows = [(t, p, o, k, v, now, 0, [], now, batch_id) for t, p, o, k, v in chunk]
+        rows = [
+            (t, p, o, k, v, sent_at(v) if sent_at else now, 0, [], now, batch_id)
+            for t, p, o, k, v in chunk
+        ]
         frame = spark.createDataFrame(rows, schema=spark.read.format("delta").load(path).schema)
         frame.coalesce(1).write.format("delta").mode("append").save(path)

@@ -14,15 +14,19 @@ from typing import Any
 ROW_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
 
 
+Session = tuple[str, str]
+"""(topic, session id): a session is its sensor's (its topic's) and its id."""
+
+
 @dataclass
 class Expected:
-    rows: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
+    rows: dict[tuple[Session, str], tuple[Any, ...]] = field(default_factory=dict)
     """(session, row) -> (values..., seq, topic, partition, offset)"""
-    sessions: dict[str, tuple[str, int | None, int, int, int]] = field(default_factory=dict)
+    sessions: dict[Session, tuple[str, int | None, int, int, int]] = field(default_factory=dict)
     """session -> (status, last_seq, records, rejected, table rows)"""
-    violations: Counter[tuple[str | None, str, int]] = field(default_factory=Counter)
+    violations: Counter[tuple[Session | None, str, int]] = field(default_factory=Counter)
     """(session, reason, offset) -> count"""
-    changes: Counter[tuple[str, str, str, int]] = field(default_factory=Counter)
+    changes: Counter[tuple[Session, str, str, int]] = field(default_factory=Counter)
     """(session, row, op, seq) -> count"""
 
 
@@ -46,9 +50,10 @@ def _unkeyed_reason(value: bytes) -> str:
 def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     """records: (topic, partition, offset, value) in any order."""
     expected = Expected()
-    by_session: dict[str | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
+    by_session: dict[Session | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
     for record in records:
-        by_session[session_of(record[3])].append(record)
+        named = session_of(record[3])
+        by_session[None if named is None else (record[0], named)].append(record)
     for _, _, offset, value in by_session.pop(None, []):
         expected.violations[(None, _unkeyed_reason(value), offset)] += 1
     for session, items in by_session.items():
@@ -56,7 +61,7 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     return expected
 
 
-def _replay(session: str, items: list[tuple[str, int, int, bytes]], expected: Expected) -> None:
+def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected: Expected) -> None:
     table: dict[str, tuple[Any, ...]] = {}
     last_seq: int | None = None
     status, seen_snapshot, rejected = "open", False, 0

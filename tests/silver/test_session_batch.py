@@ -80,7 +80,7 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
             rows.append(row)
     return (
         pd.DataFrame(rows, columns=COLUMNS)
-        .astype({"seq": "int64", "event_time": "int64", "kafka_time": "int64", **dict.fromkeys(INTEGER_VALUES, "int64")})
+        .astype(dict.fromkeys(("seq", "event_time", "kafka_time", *INTEGER_VALUES), "int64"))
         .sort_values(["partition", "offset", "pos"], ignore_index=True)
     )
 

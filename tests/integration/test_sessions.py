@@ -1,0 +1,225 @@
+"""Sessions in operation (real Spark, Delta): a session is (sensor, session id), it lives
+and ends in the data's time, what a sensor can make silver hold is bounded, and a rebuild
+replaces silver's tables rather than adding to them."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.incremental import run_models
+from lakehouse.pipeline import MODELS
+from lakehouse.settings import Settings
+from silver import reconstruct
+from tests.integration.test_gold import assert_gold_equals_pandas_from_silver
+from tests.integration.test_hostile_records import only
+from tests.integration.test_silver import assert_matches, silver_tables, small_spec
+from tests.silver import reference
+from tests.silver.bronze_fixture import kafka_records, sent_at_event_time, write_bronze
+from tests.support import settings_for
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def message(session: str, sensor: str, seq: int, second: float, kind: str = "update") -> bytes:
+    """A clean message of the protocol, sent at T0 + `second`."""
+    body: dict[str, object] = {
+        "session_id": session,
+        "sensor_id": sensor,
+        "seq": seq,
+        "kind": kind,
+        "event_time": (T0 + timedelta(seconds=second)).isoformat().replace("+00:00", "Z"),
+    }
+    values = {"temperature": 20.0 + seq, "status": "ok"}
+    if kind == "snapshot":
+        body["rows"] = [{"row_id": "r0", "values": values}]
+    elif kind == "update":
+        body["op"], body["row"] = "upsert", {"row_id": f"r{seq % 3}", "values": values}
+    return json.dumps(body).encode()
+
+
+def table(spark: SparkSession, s: Settings, name: str) -> list:  # type: ignore[type-arg]
+    return spark.read.format("delta").load(s.storage.table_uri(name)).collect()
+
+
+def test_two_sensors_that_number_their_sessions_alike_keep_two_sessions(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
+    first = kafka_records(small_spec(31, {}, sensors=1))
+    # The same session ids on a second sensor's topic, clean, interleaved with the first's.
+    twin = [
+        ("sensors.twin", p, o, k, v.replace(b'"sensor_id":"sensor-001"', b'"sensor_id":"twin"'))
+        for _, p, o, k, v in first
+    ]
+    records = [r for pair in zip(first, twin, strict=True) for r in pair]
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 1, random.Random(1))
+
+    reconstruct.run(spark, s)
+
+    found = silver_tables(spark, s)
+    assert_matches(found, reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records]))
+    assert not found.violations
+    sessions = Counter(r.session_id for r in table(spark, s, "silver.sessions"))
+    assert set(sessions.values()) == {2} and len(sessions) == 3  # three ids, two sensors each
+    run_models(spark, s.storage, MODELS)
+    assert_gold_equals_pandas_from_silver(spark, s)
+
+
+def test_a_pipeline_stopped_longer_than_the_timeout_changes_no_answer(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = settings_for(
+        tmp_path,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__session_timeout_seconds="5",
+        silver__allowed_lateness_seconds="2",
+        silver__max_files_per_trigger="1",
+        quality__validate_streams="false",
+    )
+    # Records ~1 s apart within a session, sent at their event time: no session is ever
+    # quiet for 5 s in its own time.
+    records = kafka_records(small_spec(32, {}, sensors=2, sessions_per_sensor=3))
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    third = len(records) // 3
+    write_bronze(spark, bronze, records[:third], 1, random.Random(2), sent_at_event_time)
+    reconstruct.run(spark, s)
+    time.sleep(6)  # silver stopped for longer than the timeout while the sensors sent on
+    write_bronze(spark, bronze, records[third:], 8, random.Random(3), sent_at_event_time)
+
+    stats = reconstruct.run(spark, s)  # the backlog in small batches, one commit each
+
+    assert stats.batches >= 8
+    found = silver_tables(spark, s)
+    assert_matches(found, reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records]))
+    assert not found.violations
+    assert {r.status for r in table(spark, s, "silver.sessions")} == {"closed"}
+    before = sorted(_without_batch_ids(table(spark, s, "silver.sessions")))
+
+    reconstruct.run(spark, s, full_refresh=True)  # the same bronze in one batch
+
+    assert silver_tables(spark, s) == found
+    assert sorted(_without_batch_ids(table(spark, s, "silver.sessions"))) == before
+
+
+def _without_batch_ids(rows: list) -> list[tuple]:  # type: ignore[type-arg]
+    return [tuple(v for k, v in r.asDict().items() if not k.endswith("batch_id")) for r in rows]
+
+
+def test_a_quiet_session_expires_by_the_data_clock_while_others_send(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = settings_for(
+        tmp_path,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__session_timeout_seconds="10",
+        silver__allowed_lateness_seconds="2",
+    )
+    sent = {}
+
+    def at(topic: str, partition: int, offset: int, value: bytes, second: float) -> tuple:  # type: ignore[type-arg]
+        sent[value] = T0 + timedelta(seconds=second)
+        return (topic, partition, offset, None, value)
+
+    topic, bronze = "sensors.a", s.storage.table_uri("bronze.sensor_records")
+    quiet = [at(topic, 0, i, message("quiet", "a", i, i, "snapshot" if i == 0 else "update"), i)
+             for i in range(3)]  # fmt: skip
+    busy = [at(topic, 1, i, message("busy", "a", i, i, "snapshot" if i == 0 else "update"), i)
+            for i in range(21)]  # fmt: skip
+    write_bronze(spark, bronze, quiet + busy, 1, random.Random(4), sent.__getitem__)
+
+    reconstruct.run(spark, s)  # busy's traffic moves the watermark to 18 s: quiet ends at 12 s
+
+    status = {r.session_id: r.status for r in table(spark, s, "silver.sessions")}
+    assert status == {"quiet": "expired", "busy": "open"}
+    late = [at(topic, 0, 3, message("quiet", "a", 3, 19), 19),
+            *(at(topic, 1, i, message("busy", "a", i, i), i) for i in range(21, 46))]  # fmt: skip
+    write_bronze(spark, bronze, late, 1, random.Random(5), sent.__getitem__)
+
+    reconstruct.run(spark, s)
+
+    (rejected,) = table(spark, s, "silver.violations")
+    assert (rejected.session_id, rejected.reason, rejected.offset) == ("quiet", "after_end", 3)
+    assert rejected.detail == "session already expired"
+    # By 45 s the watermark (43 s) has passed the tombstone's end too (19 s + 2 x 10 s).
+    live = {r.session_id for r in reconstruct.live_state(spark, s).collect()}
+    assert live == {"busy"}
+
+
+def test_a_flood_of_sessions_without_a_snapshot_is_held_within_its_bound(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    s = settings_for(
+        tmp_path,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__bounds__sessions_without_snapshot="50",
+        quality__validate_streams="false",
+    )
+    clean = kafka_records(small_spec(33, {}, sensors=1, sessions_per_sensor=2))
+    topic = clean[0][0]
+    flood = [
+        (topic, 2, i, None, message(f"flood-{i:06d}", "sensor-001", 0, i / 1000))
+        for i in range(100_000)
+    ]
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    write_bronze(spark, bronze, [*flood, *clean], 1, random.Random(6), lambda _: T0)
+
+    reconstruct.run(spark, s)
+
+    reasons = Counter(r.reason for r in table(spark, s, "silver.violations"))
+    assert reasons == {"no_snapshot_bound": 100_000 - 50, "update_before_snapshot": 50}
+    detail = (
+        spark.read.format("delta").load(s.storage.table_uri("silver.violations"))
+        .where(F.col("reason") == "no_snapshot_bound").first().detail
+    )  # fmt: skip
+    assert "silver.bounds.sessions_without_snapshot (50)" in detail
+    held = reconstruct.live_state(spark, s)
+    assert held.where(~F.col("has_snapshot")).count() == 50
+    assert held.count() == 50 + 2
+    clean_sessions = {(r[0], reference.session_of(r[4])) for r in clean}
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in clean])
+    assert_matches(only(silver_tables(spark, s), clean_sessions), expected)
+
+
+def test_a_rebuild_replaces_silver_and_gold_follows_in_full(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Incremental wherever gold can be: only the rebuild makes its next run a full one.
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", gold__full_refresh_below_mb="0")
+    records = kafka_records(small_spec(34, {"gap": 2, "duplicate": 2, "malformed_json": 1}))
+    write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 3, random.Random(7))
+    reconstruct.run(spark, s)
+    run_models(spark, s.storage, MODELS)
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    counts = {name: len(table(spark, s, name)) for name in reconstruct.WRITES if "silver." in name}
+
+    reconstruct.run(spark, s, full_refresh=True)
+    run_models(spark, s.storage, MODELS)
+
+    assert_matches(silver_tables(spark, s), expected)
+    for name, count in counts.items():
+        assert len(table(spark, s, name)) == count, name
+    assert_gold_equals_pandas_from_silver(spark, s)
+    runs = spark.read.format("delta").load(s.storage.table_uri("gold.model_runs"))
+    last = runs.orderBy(F.desc("started_at")).first()
+    assert last is not None and last.mode == "full"
+    # A checkpoint lost (or moved aside) rebuilds the same way.
+    shutil.rmtree(s.storage.checkpoint_uri(reconstruct.CHECKPOINT).removeprefix("file://"))
+    reconstruct.run(spark, s)
+    assert_matches(silver_tables(spark, s), expected)
+    for name, count in counts.items():
+        assert len(table(spark, s, name)) == count, name
