@@ -11,12 +11,19 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import delta, lease
+from lakehouse import catalog, delta, lease
 from lakehouse.delta import Txn
+from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates
 from lakehouse.services.kafka import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import AfterBatch, RunStats, nothing_after_batch, run_foreach_batch
+from lakehouse.streaming import (
+    AfterBatch,
+    RunStats,
+    checkpoint_format,
+    nothing_after_batch,
+    run_foreach_batch,
+)
 from lakehouse.tables import TableSpec
 
 TABLE = TableSpec(
@@ -98,27 +105,87 @@ def run(
     settings: Settings,
     continuous: bool = False,
     after_batch: AfterBatch = nothing_after_batch,
+    full_refresh: bool = False,
 ) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`);
-    `after_batch` runs in each batch once its writes are done, under the stream's leases."""
+    `after_batch` runs in each batch once its writes are done, under the stream's leases.
+    `full_refresh` ingests again from Kafka's earliest offsets on a new checkpoint, whose
+    first batch replaces the table, if Kafka still holds every record bronze does."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
+    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the bronze stream") as held:
         path = settings.storage.table_uri(NAME)
         delta.create(spark, TABLE, path)
+        if full_refresh:
+            refuse_a_rebuild_that_loses_records(spark, path, bootstrap, settings.kafka)
+            fs, folder = catalog.hadoop_fs(spark, checkpoint)
+            fs.delete(folder, True)
+        elif checkpoint_format(spark, checkpoint) is None and not _empty(spark, path):
+            # A new checkpoint starts at Kafka's earliest offsets: appending would hold
+            # every record still in Kafka twice, replacing would lose those it dropped.
+            raise LakehouseError(
+                f"bronze holds records but its checkpoint {checkpoint} has no committed "
+                "batch: ingest everything again from Kafka, replacing the table, with "
+                "`lakehouse run bronze --full-refresh` (refused if Kafka no longer holds "
+                "every record bronze does)"
+            )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
-            gate_for(txn).append(to_sensor_records(batch, txn.version), NAME, path)
+            # A checkpoint's first batch starts at Kafka's earliest offsets: it replaces
+            # the table, so that a rebuild never holds a record twice.
+            records = to_sensor_records(batch, txn.version)
+            gate_for(txn).append(records, NAME, path, rebuild=txn.version == 0)
             after_batch(txn.version, held)
 
         source = read_kafka(
             spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
         )
         interval = settings.bronze.trigger_interval if continuous else None
-        checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
         return run_foreach_batch(source, NAME, checkpoint, write, interval)
+
+
+def _empty(spark: SparkSession, path: str) -> bool:
+    return not spark.read.format("delta").load(path).take(1)
+
+
+def refuse_a_rebuild_that_loses_records(
+    spark: SparkSession, path: str, bootstrap: str, kafka: KafkaSettings
+) -> None:
+    """Refuse, before anything changes, to rebuild bronze from Kafka where retention (or a
+    topic's deletion) has removed records bronze holds: the rebuild would lose them."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    held = (
+        spark.read.format("delta")
+        .load(path)
+        .groupBy("topic", "partition")
+        .agg(F.min("offset").alias("first"))
+        .collect()
+    )
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-bronze-check"})
+    lost = []
+    try:
+        for r in sorted(held):
+            try:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(r.topic, r.partition), timeout=10
+                )
+            except KafkaException:
+                low = None  # the topic is gone
+            if low is None or low > r.first:
+                kept = "nothing" if low is None else f"offsets from {low:,}"
+                lost.append(f"{r.topic}/{r.partition} (bronze from {r.first:,}, Kafka {kept})")
+    finally:
+        consumer.close()
+    if lost:
+        raise LakehouseError(
+            "refusing to rebuild bronze from Kafka: Kafka no longer holds records bronze "
+            f"does, which the rebuild would lose: {'; '.join(lost[:5])}"
+            + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        )
 
 
 def rows_by_topic(spark: SparkSession, settings: Settings) -> dict[str, int]:

@@ -106,6 +106,13 @@ def replace(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
     writer.save(location)
 
 
+def replaced_after(spark: SparkSession, location: str, version: int) -> bool:
+    """Whether a commit after `version` replaced the whole table (a layer's rebuild): an
+    incremental reader of it must start again from scratch."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{location}`").where(F.col("version") > version)
+    return bool(history.where(F.col("operationParameters")["mode"] == "Overwrite").take(1))
+
+
 def merge(
     rows: DataFrame,
     location: str,

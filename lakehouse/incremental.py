@@ -260,7 +260,8 @@ def run_model(
             (
                 f"{name} was rebuilt since the last run"
                 for name, s in sources.items()
-                if s.version > last[name][0] and _replaced_since(spark, s.location, last[name][0])
+                if s.version > last[name][0]
+                and delta.replaced_after(spark, s.location, last[name][0])
             ),
             "",
         )
@@ -368,14 +369,6 @@ def _why_full(last: Mapping[str, tuple[int, str]] | None, sources: Mapping[str, 
         if table_id != source.table_id or source.version < version:
             return f"{name} was recreated since the last run"
     return ""
-
-
-def _replaced_since(spark: SparkSession, uri: str, version: int) -> bool:
-    """Whether a commit after `version` replaced the whole table (silver's rebuild): its
-    change feed would hold the old table's deletes next to the new one, and recomputing
-    the keys it touches is a full refresh anyway."""
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").where(F.col("version") > version)
-    return bool(history.where(F.col("operationParameters")["mode"] == "Overwrite").take(1))
 
 
 def _lost_changes(error: Exception) -> bool:

@@ -40,11 +40,12 @@ STREAMS = {
         "bronze",
         "kafka",
         sensor_records.CHECKPOINT,
-        lambda spark, settings, continuous, _trace, _full: sensor_records.run(
+        lambda spark, settings, continuous, _trace, full_refresh: sensor_records.run(
             spark,
             settings,
             continuous,
             compaction.between_batches(spark, settings, sensor_records.WRITES, READERS),
+            full_refresh,
         ),
         sensor_records.summary,
     ),

@@ -20,7 +20,8 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from bronze import sensor_records
-from lakehouse import catalog, delta, lease
+from lakehouse import catalog, compaction, delta, lease
+from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates
@@ -328,18 +329,22 @@ def run(
     `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables."""
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the silver stream") as held:
+        bronze_uri = settings.storage.table_uri(sensor_records.NAME)
+        if not full_refresh:
+            refuse_old_state(spark, checkpoint)
+            read = compaction.stream_next_version(spark, checkpoint)
+            if read is not None and delta.replaced_after(spark, bronze_uri, read - 1):
+                echo("silver: bronze was rebuilt since silver last read it: rebuilding silver")
+                full_refresh = True
         if full_refresh:
             fs, path = catalog.hadoop_fs(spark, checkpoint)
             fs.delete(path, True)
-        else:
-            refuse_old_state(spark, checkpoint)
         uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
         for spec in TABLES:
             delta.create(spark, spec, uri[spec.name])
         # A batch without data runs when the watermark moved, so that silent sessions
         # expire without waiting for more data; it moves only with data, so a run ends.
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-        bronze_uri = settings.storage.table_uri(sensor_records.NAME)
 
         def sessions_from_bronze(max_files: int) -> DataFrame:
             bronze = (

@@ -46,10 +46,12 @@ def add_commands(commands: Any) -> None:
     run.add_argument(
         "--full-refresh",
         action="store_true",
-        help="silver: rebuild silver from all of bronze on a new checkpoint, its first batch "
-        "replacing silver's tables (after a state version change or a lost checkpoint; gold "
-        "then refreshes in full by itself). gold: rebuild the selected models from their "
-        "inputs instead of incrementally",
+        help="bronze: ingest again from Kafka's earliest offsets on a new checkpoint, its "
+        "first batch replacing the table (refused if Kafka no longer holds every record "
+        "bronze does); silver then rebuilds itself. silver: rebuild from all of bronze on a "
+        "new checkpoint, its first batch replacing silver's tables (after a state version "
+        "change or a lost checkpoint); gold then refreshes in full by itself. gold: rebuild "
+        "the selected models from their inputs instead of incrementally",
     )
     run.set_defaults(handler=run_layer)
 
@@ -92,8 +94,6 @@ def run_layer(args: argparse.Namespace) -> None:
 
     if args.layer != "gold" and args.select:
         raise LakehouseError("--select applies to `run gold` only")
-    if args.layer == "bronze" and args.full_refresh:
-        raise LakehouseError("--full-refresh applies to `run silver` and `run gold`")
     if args.layer == "gold" and (args.continuous or args.trace is not None):
         raise LakehouseError("gold is a batch job: --continuous and --trace do not apply")
     if args.layer == "bronze" and args.trace is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -169,9 +170,41 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
 
     with pytest.raises(LakehouseError, match="no longer has offsets"):
         sensor_records.run(spark, settings)
+    # Nor may a rebuild from Kafka drop what bronze holds and Kafka does not.
+    with pytest.raises(LakehouseError, match=rf"refusing to rebuild bronze.*{topic}/0"):
+        sensor_records.run(spark, settings, full_refresh=True)
 
     path = settings.storage.table_uri("bronze.sensor_records")
     assert spark.read.format("delta").load(path).count() == first.records
+
+
+def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from silver import reconstruct
+    from tests.integration.test_silver import silver_tables
+
+    prefix = "rebuild.sensors."
+    settings = settings_for(
+        tmp_path, kafka_bootstrap, prefix, bronze__max_offsets_per_trigger="300"
+    )
+    produce(spec(prefix, sensors=2), kafka_bootstrap)
+    sensor_records.run(spark, settings)
+    reconstruct.run(spark, settings)
+    path = settings.storage.table_uri("bronze.sensor_records")
+    bronze, silver = sorted(bronze_rows(spark, path)), silver_tables(spark, settings)
+    # A lost checkpoint would start at Kafka's earliest offsets again: refused, not doubled.
+    checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
+    shutil.rmtree(checkpoint.removeprefix("file://"))
+    with pytest.raises(LakehouseError, match="run bronze --full-refresh"):
+        sensor_records.run(spark, settings)
+
+    stats = sensor_records.run(spark, settings, full_refresh=True)
+
+    assert stats.batches > 1  # the first batch replaced the table, the others appended
+    assert sorted(bronze_rows(spark, path)) == bronze
+    reconstruct.run(spark, settings)  # finds bronze replaced under it
+    assert silver_tables(spark, settings) == silver
 
 
 def delta_commits(table: Path) -> int:
