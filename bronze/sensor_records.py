@@ -20,7 +20,7 @@ from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import (
     AfterBatch,
     RunStats,
-    checkpoint_format,
+    checkpoint_started,
     nothing_after_batch,
     run_foreach_batch,
 )
@@ -121,12 +121,12 @@ def run(
             refuse_a_rebuild_that_loses_records(spark, path, bootstrap, settings.kafka)
             fs, folder = catalog.hadoop_fs(spark, checkpoint)
             fs.delete(folder, True)
-        elif checkpoint_format(spark, checkpoint) is None and not _empty(spark, path):
+        elif not checkpoint_started(spark, checkpoint) and not _empty(spark, path):
             # A new checkpoint starts at Kafka's earliest offsets: appending would hold
             # every record still in Kafka twice, replacing would lose those it dropped.
             raise LakehouseError(
-                f"bronze holds records but its checkpoint {checkpoint} has no committed "
-                "batch: ingest everything again from Kafka, replacing the table, with "
+                f"bronze holds records but its checkpoint {checkpoint} is new (lost or moved "
+                "aside): ingest everything again from Kafka, replacing the table, with "
                 "`lakehouse run bronze --full-refresh` (refused if Kafka no longer holds "
                 "every record bronze does)"
             )

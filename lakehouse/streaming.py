@@ -104,6 +104,14 @@ def _start_in_its_format(
         spark.conf.set(STATE_FORMAT, default)
 
 
+def checkpoint_started(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether a query planned a batch on this checkpoint (one it will redo as planned)."""
+    fs, offsets = catalog.hadoop_fs(spark, f"{checkpoint}/offsets")
+    return fs.exists(offsets) and any(
+        s.getPath().getName().isdigit() for s in fs.listStatus(offsets)
+    )
+
+
 def checkpoint_format(spark: SparkSession, checkpoint: str) -> str | None:
     """The format of a checkpoint's commit log (`v1`/`v2` heads each file), None if new."""
     fs, commits = catalog.hadoop_fs(spark, f"{checkpoint}/commits")
