@@ -238,7 +238,8 @@ def _keyed(judged: DataFrame, topic_prefix: str) -> DataFrame:
         "topic",
         "partition",
         "offset",
-        F.unix_millis("kafka_timestamp").alias("kafka_time"),
+        # never null from Kafka; were it, the record would not move its session's clock
+        F.coalesce(F.unix_millis("kafka_timestamp"), F.lit(0)).alias("kafka_time"),
         plain.alias("plain"),
         *(F.when(plain, F.col(c)).alias(c) for c in ("seq", "kind", "event_time", "op")),
         items.alias("items"),
