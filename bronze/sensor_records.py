@@ -162,7 +162,7 @@ def refuse_a_rebuild_that_loses_records(
         spark.read.format("delta")
         .load(path)
         .groupBy("topic", "partition")
-        .agg(F.min("offset").alias("first"))
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
         .collect()
     )
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-bronze-check"})
@@ -170,14 +170,18 @@ def refuse_a_rebuild_that_loses_records(
     try:
         for r in sorted(held):
             try:
-                low, _ = consumer.get_watermark_offsets(
+                low, high = consumer.get_watermark_offsets(
                     TopicPartition(r.topic, r.partition), timeout=10
                 )
-            except KafkaException:
-                low = None  # the topic is gone
-            if low is None or low > r.first:
-                kept = "nothing" if low is None else f"offsets from {low:,}"
-                lost.append(f"{r.topic}/{r.partition} (bronze from {r.first:,}, Kafka {kept})")
+                kept = f"offsets {low:,}..{high - 1:,}"
+                # `high` too: a topic deleted and made again starts at 0 with fewer records.
+                whole = low <= r.first and high > r.last
+            except KafkaException:  # the topic is gone
+                kept, whole = "nothing", False
+            if not whole:
+                lost.append(
+                    f"{r.topic}/{r.partition} (bronze {r.first:,}..{r.last:,}, Kafka {kept})"
+                )
     finally:
         consumer.close()
     if lost:

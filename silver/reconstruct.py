@@ -1,8 +1,9 @@
 """The silver stream: bronze records -> per-session state machine -> the silver tables.
 
 Bronze is read as a Delta stream and parsed in the JVM (`silver.parsing`); each record is
-keyed by its session; `applyInPandasWithState` hands each session's rows of a micro-batch
-to `silver.session_batch` after sorting them by Kafka (partition, offset); one
+keyed by its session, (sensor, session id); `transformWithStateInPandas`, keyed by sensor,
+hands each sensor's rows of a micro-batch to `SensorSessions`, which sorts them by Kafka
+(partition, offset) and judges each session's by `silver.session_batch`; one
 `foreachBatch` writes all silver tables, each write idempotent under the batch's Delta
 transaction.
 """
@@ -185,8 +186,9 @@ class SensorSessions(StatefulProcessor):
             kept = self.clock.advance(machine, session, now)
             yield session_batch.to_frame(Output(), session)
             if found is None:
-                if not kept:
-                    continue
+                bounded = self.bounds.sessions_without_snapshot
+                if not kept or (not session.has_snapshot and without >= bounded):
+                    continue  # judged, but not held: a snapshot it opened with was refused
                 held, without = held + 1, without + (not session.has_snapshot)
             elif not kept:
                 held, without = held - 1, without - (not before)
@@ -200,7 +202,7 @@ class SensorSessions(StatefulProcessor):
         for (reason, detail), parts in refused.items():
             yield session_batch.rejected(pd.concat(parts), sensor, reason, detail)
         self.held.update((held, without))
-        self.wake_at(min(deadlines, default=None))
+        self.wake_at(min(deadlines, default=None), now)
 
     def holding(self) -> tuple[int, int]:
         """Sessions the sensor holds, and of them those without a snapshot."""
@@ -238,22 +240,25 @@ class SensorSessions(StatefulProcessor):
                 deadlines.append(found[6])
                 continue
             session = load_state(found)
-            machine = self.machine_for(sensor, session_id)
-            if self.clock.advance(machine, session, now):
+            status = session.status
+            kept = self.clock.advance(self.machine_for(sensor, session_id), session, now)
+            if session.status is not status:  # expired (and maybe forgotten at once)
                 yield session_batch.to_frame(Output(), session)
+            if kept:
                 self.sessions.updateValue((session_id,), save_state(session, self.clock))
                 deadlines.append(self.clock.deadline(session))
             else:
                 held, without = held - 1, without - (not session.has_snapshot)
                 self.sessions.removeKey((session_id,))
         self.held.update((held, without))
-        self.wake_at(min(deadlines, default=None))
+        self.wake_at(min(deadlines, default=None), now)
 
-    def wake_at(self, deadline: int | None) -> None:
-        """Keep one timer per sensor, at its earliest deadline."""
+    def wake_at(self, deadline: int | None, now: int) -> None:
+        """Keep one timer per sensor, at its earliest deadline. A timer below the watermark
+        `now` fires in this batch and is then deleted by Spark: it does not count."""
         if deadline is None:
             return
-        timers = list(self.handle.listTimers())
+        timers = [t for t in self.handle.listTimers() if t >= now]
         if timers and min(timers) <= deadline:
             return
         for timer in timers:
@@ -376,7 +381,7 @@ def run(
                 }
                 selected[violations.NAME] = with_raw_values(selected[violations.NAME], bronze_now)
                 admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
-                gate.commit(rebuild)
+                gate.commit(rebuild, batch.sparkSession)
                 changes = admitted[row_changes.NAME]
 
                 def appends() -> None:

@@ -53,7 +53,7 @@ def process(
     records = [batch.record(i, state.session_id, topic_sensor) for i in range(done, batch.records)]
     slow = to_frame(machine.process(state, records)) if records else None
     fast_latest = _mark_latest(fast, batch, slow)
-    if len(batch.times):
+    if (batch.times > 0).any():  # 0: no Kafka timestamp, which moves no clock
         state.last_time = max(state.last_time or 0, int(batch.times.max()))
     return [
         frame
@@ -298,12 +298,12 @@ def judge(
     goes on as if they had never come: its next record shows the gap.
     """
     try:
-        frames = []
+        parts: list[list[pd.DataFrame]] = []
         for part in _by_clock(rows, state, clock):
             if not clock.advance(machine, state, int(part["kafka_time"].iat[0])):
                 state = SessionState(state.session_id, state.sensor_id)
-            frames += process(machine, state, part, topic_sensor)
-        return frames, state, True
+            parts.append(process(machine, state, part, topic_sensor))
+        return _latest_across(parts), state, True
     except IntegrityError:
         raise
     except Exception as error:
@@ -312,7 +312,7 @@ def judge(
         detail = f"handling the session's batch failed: {type(error).__name__}: {error}"[:500]
         found = [
             Violation(
-                r.session_id, r.sensor_id, Reason.INTERNAL, detail, None, r.seq, r.lineage, r.raw
+                r.session_id, topic_sensor, Reason.INTERNAL, detail, None, r.seq, r.lineage, r.raw
             )
             for r in records
         ]
@@ -321,14 +321,30 @@ def judge(
         return [to_frame(Output(violations=found))], state, False
 
 
+def _latest_across(parts: list[list[pd.DataFrame]]) -> list[pd.DataFrame]:
+    """The frames of all parts, a row's last change marked in the last part that changed
+    it only: a session reborn within the batch (its tombstone forgotten) changes rows the
+    old one changed too, and a table takes one last change per row."""
+    later: set[str] = set()
+    for frames in reversed(parts):
+        changed = set()
+        for frame in frames:
+            change = frame["output"] == row_changes.NAME
+            if later:
+                frame.loc[change & frame["row_id"].isin(later), outputs.LATEST] = False
+            changed |= set(frame.loc[change, "row_id"])
+        later |= changed
+    return [frame for frames in parts for frame in frames]
+
+
 def _by_clock(rows: pd.DataFrame, state: SessionState, clock: Clock) -> list[pd.DataFrame]:
     """The rows cut before every record that comes more than the timeout after all before
     it: only there can the session expire or its tombstone go."""
     times = rows["kafka_time"].to_numpy()
-    latest = np.maximum.accumulate(times)
-    before = np.concatenate([[state.last_time if state.last_time is not None else times[0]],
-                             latest[:-1]])  # fmt: skip
-    cuts = np.flatnonzero(times > before + clock.timeout_ms)
+    # The latest time before each record (0: none yet; a record without a Kafka
+    # timestamp carries 0 and moves no clock).
+    before = np.maximum.accumulate(np.concatenate([[state.last_time or 0], times]))[:-1]
+    cuts = np.flatnonzero((times > 0) & (before > 0) & (times > before + clock.timeout_ms))
     if not len(cuts):
         return [rows]
     return [rows.iloc[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True) if a < b]

@@ -347,6 +347,7 @@ class BatchGate:
         suite = self.validator.suites.get(table) if self.validator else None
         if suite is None:
             write(frame, location, self.txn)
+            self.commit(rebuild, frame.sparkSession)
             return
         conditions = [(c, row_condition(c)) for c in suite.checks]
         if any(condition is None for _, condition in conditions):
@@ -403,15 +404,17 @@ class BatchGate:
         finally:
             frame.unpersist()
 
-    def commit(self, rebuild: bool = False) -> None:
+    def commit(self, rebuild: bool = False, spark: SparkSession | None = None) -> None:
         """Record results and quarantined rows (`rebuild`: instead of those quarantined
         before, for a batch that rebuilds the layer); raise if a `fail` expectation failed.
 
         A failing batch records its results outside the transaction and quarantines
         nothing, so that the replay after the suite or the data is fixed writes all of it.
         """
-        spark, validator = self.spark, self.validator
+        spark, validator = self.spark or spark, self.validator
         if spark is None or validator is None:  # nothing was validated
+            if rebuild and spark is not None:
+                self._divert(spark, rebuild)
             return
         failed = [
             (table, o)
@@ -431,6 +434,10 @@ class BatchGate:
                 f"the batch was not committed (suite {validator.suites[table].path})"
             )
         delta.append(found, self.storage.table_uri(results(self.layer).name), self.txn)
+        self._divert(spark, rebuild)
+
+    def _divert(self, spark: SparkSession, rebuild: bool) -> None:
+        """Append the quarantined rows; a rebuild replaces those of before with them."""
         diverted = self.storage.table_uri(quarantine(self.layer).name)
         if self.quarantined:
             rows = reduce(DataFrame.unionByName, self.quarantined)

@@ -19,11 +19,13 @@ from silver.session_machine import (
     Clock,
     IntegrityError,
     Mode,
+    Output,
     Policy,
     Reason,
     Record,
     SessionMachine,
     SessionState,
+    Status,
     Violation,
 )
 from tests.silver.test_session_machine import delete, end, raw, rec, snapshot, upsert, vals
@@ -86,8 +88,8 @@ def rows_of(records: list[Record], plain: bool = True) -> pd.DataFrame:
 
 
 def processed(*args: Any) -> pd.DataFrame:
-    """`session_batch.process`'s frames as one, expanded."""
-    return expanded(session_batch.process(*args))
+    """`session_batch.process`'s frames as one, expanded, the session's row last."""
+    return expanded([*session_batch.process(*args), session_batch.to_frame(Output(), args[1])])
 
 
 def expanded(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -266,3 +268,44 @@ def test_under_the_fail_policy_such_an_error_stops_naming_the_session() -> None:
         session_batch.judge(
             EmitsAnUntypedValue(policy=Policy.FAIL), SessionState("s1"), rows, "a", CLOCK
         )
+
+
+def test_a_session_lives_in_its_own_time_however_its_records_are_batched() -> None:
+    # 0 s and 10 s; 100 s, past the 60 s timeout: the session had expired (rejected);
+    # 300 s, past the tombstone's second timeout: a new session of the same id.
+    records = [snapshot(0, r1=1), upsert(1, "r2", 2), upsert(2, "r1", 3), snapshot(0, r1=5)]
+    seconds = dict(zip((r.lineage.offset for r in records), (0, 10, 100, 300), strict=True))
+    rows = rows_of(records)
+    rows["kafka_time"] = [1_700_000_000_000 + seconds[o] * 1000 for o in rows["offset"]]
+
+    def judged(cuts: list[int]) -> tuple[SessionState, pd.DataFrame]:
+        state, frames = SessionState("s1", "a"), []
+        for a, b in zip([0, *cuts], [*cuts, len(rows)], strict=True):
+            found, state, _ = session_batch.judge(STRICT, state, rows.iloc[a:b], "a", CLOCK)
+            frames += found
+        return state, expanded(frames)
+
+    state, whole = judged([])
+    split_state, split = judged([1, 2, 3])
+
+    # the same outputs (`latest` marks a row's last change within each batch, by design)
+    assert outputs(whole.drop(columns="latest")) == outputs(split.drop(columns="latest"))
+    assert split_state == state
+    rejected = whole[whole["output"] == "silver.violations"]
+    assert rejected["reason"].tolist() == ["after_end"]
+    assert rejected["detail"].tolist() == ["session already expired"]
+    assert (state.status, state.records, state.row_ids) == (Status.OPEN, 1, {"r1"})
+    # r1 changed in both lives of the session: the table takes the second's only
+    changes = whole[whole["output"] == "silver.row_changes"]
+    assert changes[changes["latest"].astype(bool)]["row_id"].tolist().count("r1") == 1
+
+
+def test_a_record_without_a_kafka_timestamp_moves_no_clock() -> None:
+    records = [snapshot(0, r1=1), upsert(1, "r1", 2), upsert(2, "r1", 3)]
+    rows = rows_of(records)
+    rows["kafka_time"] = [0, 1_700_000_000_000, 1_700_000_001_000]
+
+    frames, state, _ = session_batch.judge(STRICT, SessionState("s1", "a"), rows, "a", CLOCK)
+
+    assert (state.status, state.last_seq, state.last_time) == (Status.OPEN, 2, 1_700_000_001_000)
+    assert not (expanded(frames)["output"] == "silver.violations").any()
