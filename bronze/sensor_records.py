@@ -109,8 +109,8 @@ def run(
 ) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`);
     `after_batch` runs in each batch once its writes are done, under the stream's leases.
-    `full_refresh` ingests again from Kafka's earliest offsets on a new checkpoint, whose
-    first batch replaces the table, if Kafka still holds every record bronze does."""
+    `full_refresh` ingests again from Kafka's earliest offsets into a new table on a new
+    checkpoint, if Kafka still holds every record bronze does."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
@@ -118,9 +118,16 @@ def run(
         path = settings.storage.table_uri(NAME)
         delta.create(spark, TABLE, path)
         if full_refresh:
+            # The table is append-only: a rebuild is a new table (a new table id, by which
+            # silver and gold see that they must rebuild too), never an overwrite.
             refuse_a_rebuild_that_loses_records(spark, path, bootstrap, settings.kafka)
-            fs, folder = catalog.hadoop_fs(spark, checkpoint)
-            fs.delete(folder, True)
+            # Its quarantine holds records of the same Kafka offsets: made again too.
+            diverted = settings.storage.table_uri(gates.quarantine(TABLE.layer).name)
+            for uri in (checkpoint, path, diverted):
+                fs, folder = catalog.hadoop_fs(spark, uri)
+                fs.delete(folder, True)
+            delta.forget_cached_tables(spark)
+            delta.create(spark, TABLE, path)
         elif not checkpoint_started(spark, checkpoint) and not _empty(spark, path):
             # A new checkpoint starts at Kafka's earliest offsets: appending would hold
             # every record still in Kafka twice, replacing would lose those it dropped.
@@ -134,10 +141,7 @@ def run(
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
-            # A checkpoint's first batch starts at Kafka's earliest offsets: it replaces
-            # the table, so that a rebuild never holds a record twice.
-            records = to_sensor_records(batch, txn.version)
-            gate_for(txn).append(records, NAME, path, rebuild=txn.version == 0)
+            gate_for(txn).append(to_sensor_records(batch, txn.version), NAME, path)
             after_batch(txn.version, held)
 
         source = read_kafka(

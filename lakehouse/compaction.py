@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
@@ -236,15 +236,28 @@ def reader_lags(
 def stream_next_version(spark: SparkSession, checkpoint: str) -> int | None:
     """The first version of its Delta source a stream has not fully processed, from the
     offsets of its last committed batch; None before its first batch commits."""
+    offset = _source_offset(spark, checkpoint)
+    if offset is None:
+        return None
+    version = int(offset["reservoirVersion"])
+    return version + 1 if offset.get("index", -1) > 1 << 60 else version
+
+
+def stream_source_id(spark: SparkSession, checkpoint: str) -> str | None:
+    """The table id of the Delta source a stream's last committed batch read."""
+    offset = _source_offset(spark, checkpoint)
+    return None if offset is None else str(offset["reservoirId"])
+
+
+def _source_offset(spark: SparkSession, checkpoint: str) -> dict[str, Any] | None:
     fs, path = catalog.hadoop_fs(spark, checkpoint)
     commits = _batch_ids(fs, path.suffix("/commits"))
     if not commits:
         return None
     offsets = _read(spark, fs, path.suffix(f"/offsets/{max(commits)}")).splitlines()
     # "v1", the batch's metadata, then one offset per source: silver's one is bronze.
-    offset = json.loads(offsets[2])
-    version = int(offset["reservoirVersion"])
-    return version + 1 if offset.get("index", -1) > 1 << 60 else version
+    found: dict[str, Any] = json.loads(offsets[2])
+    return found
 
 
 def snapshot(spark: SparkSession, location: str) -> Footprint:

@@ -106,6 +106,21 @@ def replace(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
     writer.save(location)
 
 
+def forget_cached_tables(spark: SparkSession) -> None:
+    """Drop the JVM's cached snapshots of Delta tables: one deleted and made again at the
+    same place must be read from its new log."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def table_id(spark: SparkSession, location: str) -> str:
+    """The id Delta gave the table when it was made: a table made again has a new one."""
+    detail = DeltaTable.forPath(spark, location).detail().first()
+    assert detail is not None
+    return str(detail["id"])
+
+
 def replaced_after(spark: SparkSession, location: str, version: int) -> bool:
     """Whether a commit after `version` replaced the whole table (a layer's rebuild): an
     incremental reader of it must start again from scratch."""

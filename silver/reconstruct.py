@@ -337,8 +337,8 @@ def run(
         bronze_uri = settings.storage.table_uri(sensor_records.NAME)
         if not full_refresh:
             refuse_old_state(spark, checkpoint)
-            read = compaction.stream_next_version(spark, checkpoint)
-            if read is not None and delta.replaced_after(spark, bronze_uri, read - 1):
+            read = compaction.stream_source_id(spark, checkpoint)
+            if read is not None and read != delta.table_id(spark, bronze_uri):
                 echo("silver: bronze was rebuilt since silver last read it: rebuilding silver")
                 full_refresh = True
         if full_refresh:

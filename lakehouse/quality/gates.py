@@ -332,10 +332,9 @@ class BatchGate:
         self.outcomes[table] = final
         return kept
 
-    def append(self, frame: DataFrame, table: str, location: str, rebuild: bool = False) -> None:
-        """Validate `frame`, append the rows it admits to the Delta table at `location`
-        (`rebuild`: replace the table's rows, and its layer's quarantine, with them), and
-        record results and quarantined rows, all under the batch's transaction.
+    def append(self, frame: DataFrame, table: str, location: str) -> None:
+        """Validate `frame`, append the rows it admits to the Delta table at `location`,
+        and record results and quarantined rows, all under the batch's transaction.
 
         Where every expectation judges single rows (`row_condition`), the batch is judged
         in the pass that writes it: one read of the source, no cache. A `fail` row stops
@@ -343,15 +342,13 @@ class BatchGate:
         Expectations, which names what failed and where. Otherwise Great Expectations
         judges a cached batch first (`admit`).
         """
-        write = delta.replace if rebuild else delta.append
         suite = self.validator.suites.get(table) if self.validator else None
         if suite is None:
-            write(frame, location, self.txn)
-            self.commit(rebuild, frame.sparkSession)
+            delta.append(frame, location, self.txn)
             return
         conditions = [(c, row_condition(c)) for c in suite.checks]
         if any(condition is None for _, condition in conditions):
-            self._append_admitted(frame, table, location, rebuild)
+            self._append_admitted(frame, table, location)
             return
         self.spark = frame.sparkSession
         judged = [(c, F.coalesce(u, F.lit(False))) for c, u in conditions if u is not None]
@@ -362,12 +359,12 @@ class BatchGate:
         if fails := [u for c, u in judged if c.severity == "fail"]:
             keep = F.when(_any(fails), F.raise_error(F.lit(_FAIL_ROW))).otherwise(keep)
         try:
-            write(frame.observe(observation, *metrics).where(keep), location, self.txn)
+            delta.append(frame.observe(observation, *metrics).where(keep), location, self.txn)
         except Exception as error:
             if _FAIL_ROW not in str(error):
                 raise
             # Great Expectations judges the batch again: its QualityError names the row.
-            self._append_admitted(frame, table, location, rebuild)
+            self._append_admitted(frame, table, location)
             return
         # Delta skips the write of a batch it already holds (a replay after a crash), and
         # then nothing was observed: count again, for results that are still missing.
@@ -391,16 +388,14 @@ class BatchGate:
                     quarantined=quarantined,
                 )
             )
-        self.commit(rebuild)
+        self.commit()
 
-    def _append_admitted(
-        self, frame: DataFrame, table: str, location: str, rebuild: bool = False
-    ) -> None:
+    def _append_admitted(self, frame: DataFrame, table: str, location: str) -> None:
         frame.persist()  # Great Expectations scans the batch once per metric: read it once
         try:
             admitted = self.admit(frame, table)
-            self.commit(rebuild)
-            (delta.replace if rebuild else delta.append)(admitted, location, self.txn)
+            self.commit()
+            delta.append(admitted, location, self.txn)
         finally:
             frame.unpersist()
 
