@@ -49,6 +49,18 @@ def message(session: str, sensor: str, seq: int, second: float, kind: str = "upd
     return json.dumps(body).encode()
 
 
+def on_a_short_clock(tmp_path: Path, timeout_seconds: int, **keys: str) -> Settings:
+    """Settings whose sessions end after `timeout_seconds` of Kafka time, 2 s lateness."""
+    return settings_for(
+        tmp_path,
+        "127.0.0.1:9",
+        "sensors.",
+        silver__session_timeout_seconds=str(timeout_seconds),
+        silver__allowed_lateness_seconds="2",
+        **keys,
+    )
+
+
 def table(spark: SparkSession, s: Settings, name: str) -> list:  # type: ignore[type-arg]
     return spark.read.format("delta").load(s.storage.table_uri(name)).collect()
 
@@ -80,14 +92,8 @@ def test_two_sensors_that_number_their_sessions_alike_keep_two_sessions(
 def test_a_pipeline_stopped_longer_than_the_timeout_changes_no_answer(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    s = settings_for(
-        tmp_path,
-        "127.0.0.1:9",
-        "sensors.",
-        silver__session_timeout_seconds="5",
-        silver__allowed_lateness_seconds="2",
-        silver__max_files_per_trigger="1",
-        quality__validate_streams="false",
+    s = on_a_short_clock(
+        tmp_path, 5, silver__max_files_per_trigger="1", quality__validate_streams="false"
     )
     # Records ~1 s apart within a session, sent at their event time: no session is ever
     # quiet for 5 s in its own time.
@@ -121,13 +127,7 @@ def _without_batch_ids(rows: list) -> list[tuple]:  # type: ignore[type-arg]
 def test_a_quiet_session_expires_by_the_data_clock_while_others_send(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    s = settings_for(
-        tmp_path,
-        "127.0.0.1:9",
-        "sensors.",
-        silver__session_timeout_seconds="10",
-        silver__allowed_lateness_seconds="2",
-    )
+    s = on_a_short_clock(tmp_path, 10)
     sent = {}
 
     def at(topic: str, partition: int, offset: int, value: bytes, second: float) -> tuple:  # type: ignore[type-arg]
