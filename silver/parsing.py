@@ -30,7 +30,7 @@ from silver import protocol
 from silver.protocol import Field, FieldType
 
 UNKEYED = ""
-"""The group of records no session can claim (no usable session_id): rejected, no state."""
+"""The session id of records that name no usable one: rejected with their sensor's, no state."""
 
 _SQL_TYPES = {**protocol.SPARK_TYPES, FieldType.TIMESTAMP: "STRING"}
 """As the tables type them, but times as their text: read by the protocol's format."""
