@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from lakehouse import catalog, delta, lease
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
-from lakehouse.quality import gates
+from lakehouse.quality import gates, store
 from lakehouse.services.kafka import check_reachable, resolve_bootstrap
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import (
@@ -30,16 +30,25 @@ TABLE = TableSpec(
     name="bronze.sensor_records",
     grain="one row per Kafka record",
     columns="""
-        topic STRING NOT NULL,
-        partition INT NOT NULL,
-        offset BIGINT NOT NULL,
-        key BINARY,
-        value BINARY,
-        kafka_timestamp TIMESTAMP,
-        kafka_timestamp_type INT,
-        headers ARRAY<STRUCT<key: STRING, value: BINARY>>,
-        ingested_at TIMESTAMP NOT NULL,
+        topic STRING NOT NULL
+            COMMENT 'Kafka topic of the record: the topic prefix, then the id of its sensor',
+        partition INT NOT NULL COMMENT 'Kafka partition of the record within its topic',
+        offset BIGINT NOT NULL
+            COMMENT 'Kafka offset of the record in its partition; unique with topic and partition',
+        key BINARY
+            COMMENT 'Kafka key as sent (the session id in UTF-8); null if the record has none',
+        value BINARY
+            COMMENT 'Kafka value as sent, unparsed (JSON by docs/protocol.md); null if none',
+        kafka_timestamp TIMESTAMP
+            COMMENT 'Kafka timestamp of the record (UTC), the time silver ends sessions by',
+        kafka_timestamp_type INT
+            COMMENT 'kafka_timestamp kind: 0 CreateTime (producer clock), 1 LogAppendTime (broker)',
+        headers ARRAY<STRUCT<key: STRING, value: BINARY>>
+            COMMENT 'Kafka headers of the record in order, e.g. producer; null if it has none',
+        ingested_at TIMESTAMP NOT NULL
+            COMMENT 'when bronze wrote the record (UTC): the time of its micro-batch write',
         batch_id BIGINT NOT NULL
+            COMMENT 'micro-batch of the bronze stream that wrote the record (its Delta txnVersion)'
     """,
     writer="the bronze stream",
     # Append-only: Delta itself refuses UPDATE and DELETE. File statistics only on the
@@ -96,7 +105,7 @@ def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
-WRITES = (NAME, gates.quarantine("bronze").name, gates.results("bronze").name)
+WRITES = (NAME, store.quarantine_table("bronze").name, store.results_table("bronze").name)
 """Every table the bronze stream writes: on S3 it holds their leases while it runs."""
 
 
@@ -122,7 +131,7 @@ def run(
             # silver and gold see that they must rebuild too), never an overwrite.
             refuse_a_rebuild_that_loses_records(spark, path, bootstrap, settings.kafka)
             # Its quarantine holds records of the same Kafka offsets: made again too.
-            diverted = settings.storage.table_uri(gates.quarantine(TABLE.layer).name)
+            diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
             for uri in (checkpoint, path, diverted):
                 fs, folder = catalog.hadoop_fs(spark, uri)
                 fs.delete(folder, True)
@@ -211,7 +220,7 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
         f"(+{stats.input_rows:,} in {stats.batches} batches, {stats.seconds:.1f}s)",
         *(f"  {topic:<32} {count:>12,}" for topic, count in by_topic.items()),
     ]
-    if quarantined := gates.quarantine_counts(spark, settings.storage, NAME):
+    if quarantined := store.quarantine_counts(spark, settings.storage, NAME):
         pairs = ", ".join(f"{k}={v:,}" for k, v in quarantined.items())
         lines.append(f"  quarantined by its suite (bronze.quarantine): {pairs}")
     return lines

@@ -12,8 +12,15 @@ NAME = "gold.sensor_daily"
 KEY = ("sensor_id", "day")
 METRICS = sensor_hourly.METRICS
 COLUMNS = (
-    "sensor_id STRING NOT NULL, day DATE NOT NULL, hours_active BIGINT NOT NULL, "
-    f"sessions_active BIGINT NOT NULL, {sensor_hourly.METRIC_COLUMNS}, updates BIGINT NOT NULL"
+    "sensor_id STRING NOT NULL COMMENT 'sensor of the readings: the one its Kafka topic names', "
+    "day DATE NOT NULL COMMENT 'event-time day (UTC) the row changes fall in', "
+    "hours_active BIGINT NOT NULL "
+    "COMMENT 'hours of the day with a row change (rows of gold.sensor_hourly), 1 to 24', "
+    "sessions_active BIGINT NOT NULL "
+    "COMMENT 'distinct sessions of the sensor with a row change in the day', "
+    f"{sensor_hourly.metric_columns('day')}, "
+    "updates BIGINT NOT NULL "
+    "COMMENT 'row changes in the day other than snapshot rows: inserts, updates and deletes'"
 )
 
 

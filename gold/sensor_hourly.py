@@ -16,14 +16,39 @@ from silver import protocol, row_changes
 NAME = "gold.sensor_hourly"
 KEY = ("sensor_id", "hour")
 METRICS = protocol.NUMBER_NAMES
-METRIC_COLUMNS = ", ".join(
-    f"{m}_min DOUBLE, {m}_mean DOUBLE, {m}_max DOUBLE, {m}_readings BIGINT NOT NULL"
-    for m in METRICS
-)
+UNITS = {f.name: f.meaning for f in protocol.VALUE_FIELDS}
+"""The unit of each metric, as the protocol declares it, for the columns' comments."""
+
+
+def metric_columns(period: str) -> str:
+    """The min/mean/max/readings columns of every metric, described per `period`: a reading
+    is a non-null value of a snapshot row or an upsert in `silver.row_changes`."""
+    return ", ".join(
+        f"{m}_min DOUBLE COMMENT 'lowest {m} reading in the {period}, in {UNITS[m]}; "
+        "null if none', "
+        f"{m}_mean DOUBLE COMMENT 'mean {m} reading in the {period}, in {UNITS[m]}; "
+        "null if none', "
+        f"{m}_max DOUBLE COMMENT 'highest {m} reading in the {period}, in {UNITS[m]}; "
+        "null if none', "
+        f"{m}_readings BIGINT NOT NULL COMMENT '{m} readings in the {period}: non-null values "
+        "of snapshot rows and upserts, the count the mean is taken over'"
+        for m in METRICS
+    )
+
+
+METRIC_COLUMNS = metric_columns("hour")
 COLUMNS = (
-    "sensor_id STRING NOT NULL, hour TIMESTAMP NOT NULL, sessions_active BIGINT NOT NULL, "
-    f"{METRIC_COLUMNS}, updates BIGINT NOT NULL, rows_changed BIGINT NOT NULL, "
-    "session_ids ARRAY<STRING> NOT NULL"
+    "sensor_id STRING NOT NULL COMMENT 'sensor of the readings: the one its Kafka topic names', "
+    "hour TIMESTAMP NOT NULL COMMENT 'start of the event-time hour (UTC) the row changes fall in', "
+    "sessions_active BIGINT NOT NULL "
+    "COMMENT 'distinct sessions of the sensor with a row change in the hour', "
+    f"{METRIC_COLUMNS}, "
+    "updates BIGINT NOT NULL "
+    "COMMENT 'row changes in the hour other than snapshot rows: inserts, updates and deletes', "
+    "rows_changed BIGINT NOT NULL "
+    "COMMENT 'distinct (session_id, row_id) changed in the hour other than by snapshot rows', "
+    "session_ids ARRAY<STRING> NOT NULL "
+    "COMMENT 'distinct session ids with a row change in the hour, sorted (days count from it)'"
 )
 
 

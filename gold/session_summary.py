@@ -17,15 +17,33 @@ NAME = "gold.session_summary"
 KEY = ("sensor_id", "session_id")
 """A session is (sensor, session id): two sensors may number their sessions alike."""
 COLUMNS = """
-    sensor_id STRING NOT NULL, session_id STRING NOT NULL, status STRING NOT NULL,
-    started_at TIMESTAMP, ended_at TIMESTAMP, duration_seconds DOUBLE,
-    records BIGINT NOT NULL, snapshots BIGINT NOT NULL, updates BIGINT NOT NULL,
-    final_rows BIGINT NOT NULL,
+    sensor_id STRING NOT NULL COMMENT 'sensor of the session: the one its Kafka topic names',
+    session_id STRING NOT NULL
+        COMMENT 'session id as the sensor sent it (the Kafka key); unique per sensor only',
+    status STRING NOT NULL
+        COMMENT 'open, closed (by an end), expired (timed out) or broken (until a snapshot)',
+    started_at TIMESTAMP
+        COMMENT 'event_time of the first record with a readable one, even if rejected (UTC)',
+    ended_at TIMESTAMP
+        COMMENT 'event_time of the latest record (Kafka order) with a readable one (UTC)',
+    duration_seconds DOUBLE
+        COMMENT 'ended_at minus started_at in seconds (to the microsecond); null if either is',
+    records BIGINT NOT NULL COMMENT 'records of the session so far, accepted or rejected',
+    snapshots BIGINT NOT NULL COMMENT 'snapshot records applied: the opening one and resyncs',
+    updates BIGINT NOT NULL COMMENT 'update records applied (upserts and deletes)',
+    final_rows BIGINT NOT NULL
+        COMMENT 'rows of the reconstructed table now; as it ended once closed or expired',
     gaps BIGINT NOT NULL COMMENT 'times seq skipped ahead of the next expected one',
-    violations BIGINT NOT NULL,
-    first_seq BIGINT, last_seq BIGINT,
-    first_topic STRING, first_partition INT, first_offset BIGINT,
-    last_topic STRING, last_partition INT, last_offset BIGINT
+    violations BIGINT NOT NULL
+        COMMENT 'rows of silver.violations for this sensor and session id (rejections); 0 if none',
+    first_seq BIGINT COMMENT 'seq of the first record applied; null if none was applied',
+    last_seq BIGINT COMMENT 'highest seq applied so far; null if none was applied',
+    first_topic STRING COMMENT 'Kafka topic of the first record of the session',
+    first_partition INT COMMENT 'Kafka partition of the first record of the session',
+    first_offset BIGINT COMMENT 'Kafka offset of the first record of the session',
+    last_topic STRING COMMENT 'Kafka topic of the latest record of the session',
+    last_partition INT COMMENT 'Kafka partition of the latest record of the session',
+    last_offset BIGINT COMMENT 'Kafka offset of the latest record of the session'
 """
 
 

@@ -36,7 +36,8 @@ from pyspark.sql import functions as F
 from lakehouse import catalog, delta
 from lakehouse.console import echo
 from lakehouse.errors import LakehouseError
-from lakehouse.quality.gates import new_run_id
+from lakehouse.quality.gates import Verdict, WriteGate, input_views
+from lakehouse.quality.store import new_run_id
 from lakehouse.settings import StorageSettings
 from lakehouse.tables import TableSpec
 
@@ -44,10 +45,17 @@ RUNS = TableSpec(
     name="gold.model_runs",
     grain="one row per model per run",
     columns="""
-        run_id STRING NOT NULL, model STRING NOT NULL, mode STRING NOT NULL,
-        source_versions MAP<STRING, BIGINT> NOT NULL, source_ids MAP<STRING, STRING> NOT NULL,
-        changed_keys BIGINT, rows_written BIGINT NOT NULL, started_at TIMESTAMP NOT NULL,
-        seconds DOUBLE NOT NULL
+        run_id STRING NOT NULL COMMENT 'the gold run (one command) the model ran in',
+        model STRING NOT NULL COMMENT 'the model, by table name: gold.sensor_hourly',
+        mode STRING NOT NULL COMMENT 'full, incremental, or unchanged (no input changed)',
+        source_versions MAP<STRING, BIGINT> NOT NULL
+            COMMENT 'the Delta version of each input the run read: where the next one starts',
+        source_ids MAP<STRING, STRING> NOT NULL
+            COMMENT 'the Delta table id of each input: a new id means the input was recreated',
+        changed_keys BIGINT COMMENT 'keys an incremental run recomputed; null for a full one',
+        rows_written BIGINT NOT NULL COMMENT 'rows overwritten (full) or merged (incremental)',
+        started_at TIMESTAMP NOT NULL COMMENT 'when the model began (UTC)',
+        seconds DOUBLE NOT NULL COMMENT 'how long the model took'
     """,
     writer="lakehouse run gold",
 )
@@ -135,6 +143,8 @@ class ModelRun:
     reason: str = ""
     changed_keys: int | None = None
     rows_written: int = 0
+    quarantined: int = 0
+    """Rows its gate kept out of the table (`gold.quarantine`)."""
     seconds: float = 0.0
     sources: dict[str, Source] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -199,6 +209,7 @@ def run_models(
     full_refresh: bool = False,
     full_below_bytes: int = 0,
     echo: Callable[[str], None] = echo,
+    gate: WriteGate | None = None,
 ) -> list[ModelRun]:
     """Run `models`, each incrementally unless it cannot be or its inputs are smaller than
     `full_below_bytes`, where a full refresh is cheaper (`gold.full_refresh_below_mb`).
@@ -206,7 +217,8 @@ def run_models(
     Models that do not read each other run at once, in waves: a model's fixed costs are
     mostly round trips (pinning versions, Delta's log, small Spark jobs), which overlap.
     The run log gets one row per model, appended once at the end (also when a model
-    failed): a model whose row is lost to a crash is only recomputed next time.
+    failed): a model whose row is lost to a crash is only recomputed next time. `gate`
+    validates each model's rows before they are written (`WriteGate`).
     """
     delta.create(spark, RUNS, storage.table_uri(RUNS.name))
     run_id, history = new_run_id(), last_versions(spark, storage)
@@ -214,9 +226,10 @@ def run_models(
     def run(model: Model) -> ModelRun:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
         done = run_model(
-            spark, storage, model, history.get(model.name), full_refresh, full_below_bytes
+            spark, storage, model, history.get(model.name), full_refresh, full_below_bytes, gate
         )
         detail = f", {done.changed_keys:,} keys changed" if done.changed_keys is not None else ""
+        detail += f", {done.quarantined:,} rows quarantined" if done.quarantined else ""
         echo(
             f"{model.name}: {done.mode}{' (' + done.reason + ')' if done.reason else ''}"
             f"{detail}, {done.rows_written:,} rows written ({done.seconds:.1f}s)"
@@ -243,9 +256,11 @@ def run_model(
     last: Mapping[str, tuple[int, str]] | None,
     full_refresh: bool = False,
     full_below_bytes: int = 0,
+    gate: WriteGate | None = None,
 ) -> ModelRun:
     """Bring `model`'s table up to its inputs' current versions; `last` is what its last
-    run processed (None: it never ran)."""
+    run processed (None: it never ran). `gate` judges the rows before they are written:
+    a `fail` leaves the table as it was."""
     started, started_at = time.monotonic(), datetime.now(UTC)
     target = storage.table_uri(model.name)
     sources = {name: pin(spark, name, storage.table_uri(name)) for name in model.reads}
@@ -254,6 +269,9 @@ def run_model(
         for s in sources.values()
     ]
     delta.create(spark, model.table, target)
+    views = input_views(
+        {name: (frame, s.version) for (name, s), frame in zip(sources.items(), inputs, strict=True)}
+    )
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
     if not reason and last is not None:
         reason = next(
@@ -266,6 +284,7 @@ def run_model(
             "",
         )
     run = ModelRun(model.name, "full", reason, sources=sources, started_at=started_at)
+    verdict: Verdict | None = None
     if not reason:
         assert last is not None
         if not any(s.version > last[n][0] for n, s in sources.items()):
@@ -296,17 +315,32 @@ def run_model(
         else:
             run.mode = "incremental"
             rows = model.build(*model.narrow(keys, *inputs))
-            rows = conform(rows, model, spark.read.format("delta").load(target))
-            run.rows_written = _merge(rows, target, model.key)
+            rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
+            try:
+                verdict = gate.judge(rows, model.name, views) if gate else None
+                kept = verdict.kept if verdict else rows
+                run.rows_written = _merge(rows, target, model.key, kept)
+            finally:
+                rows.unpersist()
         finally:
             keys.unpersist()
     if run.mode == "full":
         rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
-        written = Observation()  # counted as they are written, not read again after
-        rows.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode(
-            "overwrite"
-        ).save(target)
+        if gate:  # judged before the overwrite: the rows are cached once for both
+            rows = rows.persist()
+            verdict = gate.judge(rows, model.name, views)
+        try:
+            written = Observation()  # counted as they are written, not read again after
+            kept = verdict.kept if verdict else rows
+            kept.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode(
+                "overwrite"
+            ).save(target)
+        finally:
+            rows.unpersist()
         run.rows_written = int(written.get["rows"])
+    if gate and verdict:
+        gate.record(spark, model.name, verdict)
+        run.quarantined = sum(o.quarantined or 0 for o in verdict.outcomes)
     run.seconds = time.monotonic() - started
     return run
 
@@ -383,21 +417,27 @@ def _lost_changes(error: Exception) -> bool:
     )
 
 
-def _merge(rows: DataFrame, target: str, key: Sequence[str]) -> int:
-    """Upsert `rows` into the table at `target` by `key`, bounded to the range of keys
-    `rows` hold (gold tables are clustered by key); the number of rows upserted."""
-    rows = rows.persist()
-    try:
-        ends = [agg(k).cast("string") for k in key for agg in (F.min, F.max)]
-        bounds = rows.agg(F.count(F.lit(1)), *ends).first()
-        assert bounds is not None
-        count, lows, highs = bounds[0], bounds[1::2], bounds[2::2]
-        if count:
-            ranges = dict(zip(key, zip(lows, highs, strict=True), strict=True))
-            delta.merge(rows, target, key, key_ranges=ranges)
-    finally:
-        rows.unpersist()
-    return int(count)
+def _merge(rows: DataFrame, target: str, key: Sequence[str], kept: DataFrame) -> int:
+    """Upsert `kept`, the rows of `rows` (persisted) that may be written, into the table
+    at `target` by `key`, bounded to the range of keys `rows` hold (gold tables are
+    clustered by key); the row of a key whose new row was kept out is deleted, not left
+    stale. The number of rows upserted."""
+    ends = [agg(k).cast("string") for k in key for agg in (F.min, F.max)]
+    bounds = rows.agg(F.count(F.lit(1)), *ends).first()
+    assert bounds is not None
+    count, lows, highs = bounds[0], bounds[1::2], bounds[2::2]
+    if not count:
+        return 0
+    ranges = dict(zip(key, zip(lows, highs, strict=True), strict=True))
+    if kept is rows:
+        delta.merge(rows, target, key, key_ranges=ranges)
+        return int(count)
+    marked = rows.join(kept.select(*key).withColumn(_KEPT, F.lit(True)), list(key), "left")
+    delta.merge(marked, target, key, delete_when=f"s.{_KEPT} IS NULL", key_ranges=ranges)
+    return int(kept.count())
+
+
+_KEPT = "lakehouse_kept"
 
 
 def _record(

@@ -12,7 +12,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-LINEAGE_COLUMNS = "topic STRING NOT NULL, partition INT NOT NULL, offset BIGINT NOT NULL"
+LINEAGE_COLUMNS = (
+    "topic STRING NOT NULL COMMENT 'Kafka topic of the record the row comes from', "
+    "partition INT NOT NULL COMMENT 'Kafka partition of that record', "
+    "offset BIGINT NOT NULL COMMENT 'Kafka offset of that record in its partition'"
+)
 """The Kafka record a row comes from: every table below bronze carries it."""
 
 CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
@@ -51,13 +55,23 @@ class Column:
     name: str
     type: str
     """Spark SQL type as declared, e.g. `BIGINT`, `ARRAY<STRING>`."""
+    description: str = ""
+    """What a value means: the column's `COMMENT`, shown by `DESCRIBE` and the report."""
+
+
+_COMMENT = re.compile(r"\bCOMMENT\s+'((?:[^'\\]|\\.|'')*)'\s*$", re.I | re.S)
 
 
 def columns_of(ddl: str) -> list[Column]:
-    """The columns of a DDL column list, in order (types may hold commas: `MAP<K, V>`)."""
-    columns, depth, start = [], 0, 0
+    """The columns of a DDL column list, in order (types may hold commas: `MAP<K, V>`,
+    comments anything but a lone quote)."""
+    columns, depth, start, quoted = [], 0, 0, False
     for i, char in enumerate(ddl + ","):
-        if char in "<(":
+        if char == "'":
+            quoted = not quoted  # '' inside a comment flips twice
+        elif quoted:
+            continue
+        elif char in "<(":
             depth += 1
         elif char in ">)":
             depth -= 1
@@ -65,6 +79,8 @@ def columns_of(ddl: str) -> list[Column]:
             name, _, rest = ddl[start:i].strip().partition(" ")
             if name:
                 kind = re.split(r"\s+(?:NOT\s+NULL|COMMENT)\b", rest.strip(), maxsplit=1)[0]
-                columns.append(Column(name, kind))
+                comment = _COMMENT.search(rest.strip())
+                described = comment[1].replace("''", "'").replace("\\'", "'") if comment else ""
+                columns.append(Column(name, kind, described))
             start = i + 1
     return columns

@@ -72,7 +72,11 @@ class Field:
     @property
     def column(self) -> str:
         """The silver column that stores it, in Spark SQL DDL."""
-        return f"{self.name} {SPARK_TYPES[self.type]}"
+        meaning = self.meaning.replace("'", "\N{RIGHT SINGLE QUOTATION MARK}")  # ' ends SQL text
+        return (
+            f"{self.name} {SPARK_TYPES[self.type]} COMMENT '{meaning}, as sent; null if "
+            "missing or null in the record, and on a delete'"
+        )
 
     @property
     def rule(self) -> str:

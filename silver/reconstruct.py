@@ -25,7 +25,7 @@ from lakehouse import catalog, compaction, delta, lease
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
-from lakehouse.quality import gates
+from lakehouse.quality import gates, store
 from lakehouse.settings import Settings, SilverSettings
 from lakehouse.streaming import (
     AfterBatch,
@@ -59,8 +59,8 @@ QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
 TABLES = (*outputs.TABLES, session_rows.TABLE)
 WRITES = (
     *(spec.name for spec in TABLES),
-    gates.quarantine("silver").name,
-    gates.results("silver").name,
+    store.quarantine_table("silver").name,
+    store.results_table("silver").name,
 )
 """Every table the silver stream writes: on S3 it holds their leases while it runs."""
 SESSION_KEY = "session_id STRING"

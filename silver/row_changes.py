@@ -16,9 +16,18 @@ TABLE = TableSpec(
     name="silver.row_changes",
     grain="one row per table row changed by an accepted record",
     columns=f"""
-        session_id STRING NOT NULL, sensor_id STRING, row_id STRING NOT NULL,
-        op STRING NOT NULL, {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL,
-        ordinal BIGINT NOT NULL, event_time TIMESTAMP, batch_id BIGINT NOT NULL,
+        session_id STRING NOT NULL
+            COMMENT 'session id as the sensor sent it (the Kafka key); unique per sensor only',
+        sensor_id STRING COMMENT 'sensor of the session: the one its Kafka topic names',
+        row_id STRING NOT NULL COMMENT 'row of the session table, as the sensor names it',
+        op STRING NOT NULL
+            COMMENT 'insert (upsert of a new row), update (of a held row), delete, or snapshot row',
+        {protocol.VALUE_COLUMNS},
+        seq BIGINT NOT NULL COMMENT 'seq of the accepted record that made the change',
+        ordinal BIGINT NOT NULL
+            COMMENT 'number of the change among those its record made, from 0 (a snapshot: many)',
+        event_time TIMESTAMP COMMENT 'event_time of the record that made the change (UTC)',
+        batch_id BIGINT NOT NULL COMMENT 'micro-batch of the silver stream that wrote the row',
         {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",

@@ -18,8 +18,14 @@ TABLE = TableSpec(
     name="silver.session_rows",
     grain="one row per (sensor_id, session_id, row_id)",
     columns=f"""
-        sensor_id STRING NOT NULL, session_id STRING NOT NULL, row_id STRING NOT NULL,
-        {protocol.VALUE_COLUMNS}, seq BIGINT NOT NULL, event_time TIMESTAMP, {LINEAGE_COLUMNS}
+        sensor_id STRING NOT NULL COMMENT 'sensor of the session: the one its Kafka topic names',
+        session_id STRING NOT NULL
+            COMMENT 'session id as the sensor sent it (the Kafka key); unique per sensor only',
+        row_id STRING NOT NULL COMMENT 'row of the session table, as the sensor names it',
+        {protocol.VALUE_COLUMNS},
+        seq BIGINT NOT NULL COMMENT 'seq of the record that set the current values',
+        event_time TIMESTAMP COMMENT 'event_time of the record that set the current values (UTC)',
+        {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
     # Merged row by row every batch: a change feed nothing reads would cost every MERGE,

@@ -19,13 +19,31 @@ TABLE = TableSpec(
     name="silver.sessions",
     grain="one row per session: (sensor_id, session_id)",
     columns=f"""
-        sensor_id STRING NOT NULL, session_id STRING NOT NULL, status STRING NOT NULL,
-        first_seq BIGINT, last_seq BIGINT, records BIGINT NOT NULL, snapshots BIGINT NOT NULL,
-        updates BIGINT NOT NULL, rejected BIGINT NOT NULL,
+        sensor_id STRING NOT NULL COMMENT 'sensor of the session: the one its Kafka topic names',
+        session_id STRING NOT NULL
+            COMMENT 'session id as the sensor sent it (the Kafka key); unique per sensor only',
+        status STRING NOT NULL
+            COMMENT 'open, closed (by an end), expired (timed out) or broken (until a snapshot)',
+        first_seq BIGINT COMMENT 'seq of the first record applied; null if none was applied',
+        last_seq BIGINT COMMENT 'highest seq applied so far; null if none was applied',
+        records BIGINT NOT NULL COMMENT 'records of the session so far, accepted or rejected',
+        snapshots BIGINT NOT NULL COMMENT 'snapshot records applied: the opening one and resyncs',
+        updates BIGINT NOT NULL COMMENT 'update records applied (upserts and deletes)',
+        rejected BIGINT NOT NULL
+            COMMENT 'records of the session rejected, each a row of silver.violations',
         gaps BIGINT NOT NULL COMMENT 'times seq skipped ahead of the next expected one',
-        table_rows BIGINT NOT NULL, first_event_time TIMESTAMP, last_event_time TIMESTAMP,
-        first_topic STRING, first_partition INT, first_offset BIGINT,
-        updated_batch_id BIGINT NOT NULL, {LINEAGE_COLUMNS}
+        table_rows BIGINT NOT NULL
+            COMMENT 'rows of the reconstructed table now; as it ended once closed or expired',
+        first_event_time TIMESTAMP
+            COMMENT 'event_time of the first record with a readable one, even if rejected (UTC)',
+        last_event_time TIMESTAMP
+            COMMENT 'event_time of the latest record (Kafka order) with a readable one (UTC)',
+        first_topic STRING COMMENT 'Kafka topic of the first record of the session',
+        first_partition INT COMMENT 'Kafka partition of the first record of the session',
+        first_offset BIGINT COMMENT 'Kafka offset of the first record of the session',
+        updated_batch_id BIGINT NOT NULL
+            COMMENT 'micro-batch of the silver stream that last wrote this row',
+        {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
     change_feed=True,  # gold reads it incrementally

@@ -13,9 +13,19 @@ TABLE = TableSpec(
     name="silver.state_transitions",
     grain="one row per record of a traced session",
     columns=f"""
-        sensor_id STRING, session_id STRING NOT NULL, seq BIGINT, ordinal BIGINT NOT NULL,
-        action STRING NOT NULL,
-        before STRING, after STRING, batch_id BIGINT NOT NULL, {LINEAGE_COLUMNS}
+        sensor_id STRING COMMENT 'sensor of the session: the one its Kafka topic names',
+        session_id STRING NOT NULL
+            COMMENT 'session id as the sensor sent it (the Kafka key); unique per sensor only',
+        seq BIGINT COMMENT 'seq the record carried; null if it had no readable one',
+        ordinal BIGINT NOT NULL
+            COMMENT 'number of the row among those its record produced in this table, from 0',
+        action STRING NOT NULL
+            COMMENT 'what the record did: apply, apply-after-gap, resync, buffer, reject:<reason>',
+        before STRING
+            COMMENT 'session before the record, JSON: status, last_seq, rows, records, rejected',
+        after STRING COMMENT 'the session after the record, as JSON, in the shape of before',
+        batch_id BIGINT NOT NULL COMMENT 'micro-batch of the silver stream that wrote the row',
+        {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",
 )

@@ -11,8 +11,17 @@ TABLE = TableSpec(
     name="silver.violations",
     grain="one row per rejected record",
     columns=f"""
-        session_id STRING, sensor_id STRING, reason STRING NOT NULL, detail STRING,
-        expected_seq BIGINT, found_seq BIGINT, raw_value BINARY, batch_id BIGINT NOT NULL,
+        session_id STRING COMMENT 'session id the record names; null if it names no usable one',
+        sensor_id STRING
+            COMMENT 'sensor its Kafka topic names; null if the record names no usable session',
+        reason STRING NOT NULL
+            COMMENT 'why it was rejected, e.g. unparsable, invalid, gap, duplicate, after_end',
+        detail STRING COMMENT 'what was wrong, naming the field or the seqs involved',
+        expected_seq BIGINT
+            COMMENT 'seq the session expected next when the record came; null where none applies',
+        found_seq BIGINT COMMENT 'seq the record carried; null if it had no readable one',
+        raw_value BINARY COMMENT 'the Kafka value of the record, bytes as bronze holds them',
+        batch_id BIGINT NOT NULL COMMENT 'micro-batch of the silver stream that wrote the row',
         {LINEAGE_COLUMNS}
     """,
     writer="the silver stream",

@@ -53,7 +53,7 @@ def add_commands(commands: Any) -> None:
         "change or a lost checkpoint); gold then refreshes in full by itself. gold: rebuild "
         "the selected models from their inputs instead of incrementally",
     )
-    run.set_defaults(handler=run_layer)
+    run.set_defaults(handler=run_layer, command="run")
 
     inspect = commands.add_parser(
         "inspect",
@@ -91,6 +91,8 @@ def add_commands(commands: Any) -> None:
 
 def run_layer(args: argparse.Namespace) -> None:
     from lakehouse import pipeline
+    from lakehouse.cli.build import walk
+    from lakehouse.graph import select
 
     if args.layer != "gold" and args.select:
         raise LakehouseError("--select applies to `run gold` only")
@@ -99,31 +101,24 @@ def run_layer(args: argparse.Namespace) -> None:
     if args.layer == "bronze" and args.trace is not None:
         raise LakehouseError("--trace applies to `run silver` only")
     settings, spark = spark_for(args, args.layer)
+    graph = pipeline.graph(settings)
     if args.layer == "gold":
-        from lakehouse import lease
-        from lakehouse.incremental import RUNS, run_models, select
-
-        models = select(pipeline.MODELS, args.select)
-        writes = [*(m.name for m in models), RUNS.name]
-        with lease.holding(settings, writes, "lakehouse run gold"):
-            runs = run_models(
-                spark,
-                settings.storage,
-                models,
-                args.full_refresh,
-                int(settings.gold.full_refresh_below_mb * 2**20),
-            )
+        only_models = [f"{s},layer:gold,type:model" for s in args.select]
+        nodes = select(graph, only_models or ["layer:gold,type:model"])
+    else:
+        nodes = select(graph, [args.layer])
+    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
+    runner = pipeline.NodeRunner(spark, settings, args.continuous, trace, args.full_refresh)
+    results = walk(settings, graph, nodes, runner, args)
+    if args.layer == "gold":
+        runs = runner.model_runs
         modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
         echo(
             f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
             f"{sum(r.seconds for r in runs):.1f}s"
         )
-        return
-    stream = pipeline.STREAMS[args.layer]
-    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
-    stats = stream.run(spark, settings, args.continuous, trace, args.full_refresh)
-    for line in stream.summary(spark, settings, stats):
-        echo(line)
+    if failed := next((r.error for r in results if r.error is not None), None):
+        raise failed  # the job's own one line, as a job that failed says it
 
 
 def run_inspect(args: argparse.Namespace) -> None:

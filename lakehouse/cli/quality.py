@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from lakehouse.catalog import LAYERS
 from lakehouse.cli.context import spark_for
 from lakehouse.console import echo
 
@@ -25,7 +26,7 @@ def add_commands(commands: Any) -> None:
         metavar="TIMESTAMP",
         help="only rows at or after this time (UTC), by each suite's time_column",
     )
-    check.set_defaults(handler=run_check)
+    check.set_defaults(handler=run_check, command="check")
 
     report = commands.add_parser(
         "report",
@@ -43,18 +44,22 @@ def add_commands(commands: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from lakehouse import lease
-    from lakehouse.quality import gates
-    from lakehouse.quality.checks import check_tables
+    from lakehouse import pipeline
+    from lakehouse.cli.build import walk
+    from lakehouse.graph import check_name, select
 
     settings, spark = spark_for(args, "check")
-    echo(f"checking {args.select or 'every table'} against {settings.quality.suites_dir}")
-    with lease.holding(settings, [gates.results("check").name], "lakehouse check"):
-        checks = check_tables(spark, settings, args.select, args.since)
-    blocking = [c.suite.table for c in checks if c.blocking]
-    warned = [c.suite.table for c in checks if c.failed and not c.blocking]
+    graph = pipeline.graph(settings)
+    chosen = args.select
+    selector = f"layer:{chosen},type:check" if chosen in LAYERS else check_name(chosen or "")
+    nodes = select(graph, [selector] if chosen else ["type:check"])
+    echo(f"checking {chosen or 'every table'} against {settings.quality.suites_dir}")
+    runner = pipeline.NodeRunner(spark, settings, since=args.since)
+    results = [r for r in walk(settings, graph, nodes, runner, args) if r.status != "skipped"]
+    blocking = [r.unique_id.removeprefix("check:") for r in results if r.status == "error"]
+    warned = [r for r in results if r.status == "warn"]
     echo(
-        f"{len(checks)} tables checked: {len(checks) - len(blocking) - len(warned)} passed, "
+        f"{len(results)} tables checked: {len(results) - len(blocking) - len(warned)} passed, "
         f"{len(warned)} with warnings, {len(blocking)} failed"
         + (f" ({', '.join(blocking)})" if blocking else "")
     )

@@ -8,7 +8,7 @@ results to its own results table, as each stream does to its own.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,11 @@ from pyspark.sql import functions as F
 
 from lakehouse import catalog, delta
 from lakehouse.console import echo
-from lakehouse.quality import data_docs, gates
-from lakehouse.quality.gates import Outcome, Validator
+from lakehouse.quality import data_docs, store
+from lakehouse.quality.gates import input_views
+from lakehouse.quality.store import Outcome
 from lakehouse.quality.suites import Suite, load_suites
+from lakehouse.quality.validator import Validator
 from lakehouse.settings import Settings
 
 
@@ -49,51 +51,82 @@ def gx_context(settings: Settings) -> Any:
     return gx.get_context(mode="file", project_root_dir=settings.quality.gx_dir)
 
 
-def check_tables(
-    spark: SparkSession,
-    settings: Settings,
-    select: str | None = None,
-    since: str | None = None,
-    echo: Callable[[str], None] = echo,
-) -> list[TableCheck]:
-    """Validate every selected table that exists; results go to the results table."""
-    suites = load_suites(settings.quality.suites_dir, select)
-    gates.create_tables(spark, settings.storage, "check", sorted({s.layer for s in suites}))
-    validator = Validator(suites, context=gx_context(settings))
-    run_id, checks = gates.new_run_id(), []
-    for suite in suites:
-        path = settings.storage.table_uri(suite.table)
-        if not catalog.is_delta(spark, path):
-            echo(f"  {suite.table:<28} not built yet, skipped ({path})")
-            continue
-        frame = spark.read.format("delta").load(path)
+class Checker:
+    """Validates whole tables, one at a time, with one Great Expectations context (kept
+    on file for the Data Docs) and one run id; results go to `quality.check_*`."""
+
+    def __init__(self, spark: SparkSession, settings: Settings, suites: Sequence[Suite]) -> None:
+        self.spark, self.settings = spark, settings
+        self.suites = {s.table: s for s in suites}
+        store.create_tables(spark, settings.storage, "check", sorted({s.layer for s in suites}))
+        self.validator = Validator(suites, context=gx_context(settings))
+        self.run_id = store.new_run_id()
+
+    def check(
+        self,
+        table: str,
+        since: str | None = None,
+        versions: Mapping[str, int] | None = None,
+        echo: Callable[[str], None] = echo,
+    ) -> TableCheck | None:
+        """Validate `table` as it is now (rows at or after `since` by its time column), and
+        record the results; None when the table is not built yet. A suite that reconciles
+        the table with its inputs reads each at `versions` (what the table was built from),
+        else as it is now."""
+        suite, storage = self.suites[table], self.settings.storage
+        path = storage.table_uri(table)
+        if not catalog.is_delta(self.spark, path):
+            echo(f"  {table:<28} not built yet, skipped ({path})")
+            return None
+        frame = self.spark.read.format("delta").load(path)
         window = ""
         if since and suite.time_column:
             frame = frame.where(F.col(suite.time_column) >= F.lit(since).cast("timestamp"))
             window = f" since {since} by {suite.time_column}"
         elif since:
             window = " (whole table: the suite names no time_column)"
+        inputs = {}
+        for name in suite.inputs:
+            reader = self.spark.read.format("delta")
+            if versions and name in versions:
+                reader = reader.option("versionAsOf", versions[name])
+            inputs[name] = (reader.load(storage.table_uri(name)), (versions or {}).get(name, -1))
         started = time.monotonic()
         frame.persist()
         try:
             rows = frame.count()
-            outcomes = validator.validate_and_store(frame, suite.table, run_id)
+            outcomes = self.validator.validate_and_store(
+                frame, table, self.run_id, input_views(inputs)
+            )
         finally:
             frame.unpersist()
         check = TableCheck(suite, rows, outcomes, time.monotonic() - started)
-        checks.append(check)
         passed = len(outcomes) - len(check.failed)
         echo(
-            f"  {suite.table:<28} {rows:>12,} rows{window}: {passed}/{len(outcomes)} passed "
+            f"  {table:<28} {rows:>12,} rows{window}: {passed}/{len(outcomes)} passed "
             f"({check.seconds:.1f}s)"
         )
         for outcome in check.failed:
             echo(f"      FAILED {outcome.describe()}")
-    if checks:
-        outcomes_by_table = {c.suite.table: c.outcomes for c in checks}
-        results = gates.results_frame(spark, run_id, "check", "*", outcomes_by_table, None)
-        delta.append(results, settings.storage.table_uri(gates.results("check").name))
-    return checks
+        found = store.results_frame(self.spark, self.run_id, "check", "*", {table: outcomes}, None)
+        delta.append(found, storage.table_uri(store.results_table("check").name))
+        return check
+
+
+def check_tables(
+    spark: SparkSession,
+    settings: Settings,
+    select: str | None = None,
+    since: str | None = None,
+    echo: Callable[[str], None] = echo,
+    versions: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[TableCheck]:
+    """Validate every selected table that exists; results go to the results table.
+    `versions`: per table, the versions of its inputs it was built from."""
+    suites = load_suites(settings.quality.suites_dir, select)
+    checker = Checker(spark, settings, suites)
+    found = [checker.check(s.table, since, (versions or {}).get(s.table), echo) for s in suites]
+    return [c for c in found if c is not None]
 
 
 def build_data_docs(settings: Settings) -> Path:
@@ -107,7 +140,7 @@ def build_data_docs(settings: Settings) -> Path:
 
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
-    results = gates.read_results(spark, settings.storage)
+    results = store.read_results(spark, settings.storage)
     if results is None:
         return ["no validation results yet: run a layer or `lakehouse check`"]
     lines = []

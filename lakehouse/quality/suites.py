@@ -27,6 +27,8 @@ naming the file and the entry.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -49,6 +51,8 @@ QUARANTINABLE = frozenset(
 )
 """Types whose unexpected rows can be told apart: a column condition, or a query's rows."""
 
+_INPUT = re.compile(r"\{([a-z_]+\.[a-z_0-9]+)\}")
+"""A table a query reads besides its batch: `{<layer>.<table>}`."""
 _SUITE_KEYS = {"table", "description", "row_key", "time_column", "expectations"}
 _ENTRY_KEYS = {"name", "severity", "type", "kwargs", "description", "in_stream"}
 
@@ -87,6 +91,28 @@ class Suite:
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Other tables its queries read, written `{silver.row_changes}`: a reconciliation
+        compares the table with what it was built from."""
+        queries = (str(c.kwargs.get("unexpected_rows_query", "")) for c in self.checks)
+        return tuple(sorted({name for q in queries for name in _INPUT.findall(q)}))
+
+    def bound(self, views: Mapping[str, str]) -> Suite:
+        """The suite with each input's placeholder replaced by the view that holds it."""
+        if missing := [name for name in self.inputs if name not in views]:
+            raise LakehouseError(f"{self.path}: no view given for the inputs {missing}")
+
+        def bind(check: Check) -> Check:
+            query = check.kwargs.get("unexpected_rows_query")
+            if not isinstance(query, str):
+                return check
+            for name, view in views.items():
+                query = query.replace("{" + name + "}", view)
+            return replace(check, kwargs={**check.kwargs, "unexpected_rows_query": query})
+
+        return replace(self, checks=tuple(bind(c) for c in self.checks))
 
     def in_stream(self) -> Suite:
         """The suite a stream validates each micro-batch with."""

@@ -20,7 +20,7 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
-from lakehouse.quality import gates
+from lakehouse.quality import store
 from lakehouse.settings import StorageSettings
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
 
@@ -83,7 +83,7 @@ def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
 
 
 def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
-    return gates.quarantined_rows(
+    return store.quarantined_rows(
         spark, storage, sensor_records.NAME, sensor_records.TABLE.columns
     ).collect()
 

@@ -15,9 +15,10 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT, delta
 from lakehouse.delta import Txn
-from lakehouse.quality import gates
-from lakehouse.quality.gates import BatchGate, QualityError, Validator
+from lakehouse.quality import conditions, store
+from lakehouse.quality.gates import BatchGate, QualityError
 from lakehouse.quality.suites import load_suites
+from lakehouse.quality.validator import Validator
 from lakehouse.settings import StorageSettings
 from silver import row_changes, session_rows, sessions, violations
 
@@ -212,7 +213,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
 ) -> None:
     storage = StorageSettings(tmp_path.as_uri(), "", 60)
     layer = table.split(".")[0]
-    gates.create_tables(spark, storage, layer, [layer])
+    store.create_tables(spark, storage, layer, [layer])
     rows = good_rows(table)
     mutate(rows)
     batch = frame(spark, table, rows)
@@ -226,7 +227,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     else:
         batch_gate.commit()
 
-    results = gates.read_results(spark, storage)
+    results = store.read_results(spark, storage)
     assert results is not None
     failed = {r.expectation for r in results.where("NOT success").collect()}
     assert failed == {expectation}
@@ -234,7 +235,7 @@ def test_a_bad_frame_fails_the_intended_expectation_with_its_consequence(
     if severity == "quarantine":
         assert admitted.count() == len(rows) - 1
         assert [r.expectation for r in quarantine] == [expectation]
-        (restored,) = gates.quarantined_rows(spark, storage, table, SCHEMAS[table]).collect()
+        (restored,) = store.quarantined_rows(spark, storage, table, SCHEMAS[table]).collect()
         assert restored.asDict() == {
             **batch.exceptAll(admitted).first().asDict(),
             "expectation": expectation,
@@ -276,7 +277,7 @@ def test_a_replayed_batch_records_its_results_and_quarantine_once(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:
     storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "bronze.sensor_records"
-    gates.create_tables(spark, storage, "bronze", ["bronze"])
+    store.create_tables(spark, storage, "bronze", ["bronze"])
     rows = good_rows(table)
     change(2, key=None)(rows)
     batch = frame(spark, table, rows)
@@ -286,7 +287,7 @@ def test_a_replayed_batch_records_its_results_and_quarantine_once(
         batch_gate.admit(batch, table)
         batch_gate.commit()
 
-    results = gates.read_results(spark, storage)
+    results = store.read_results(spark, storage)
     assert results is not None
     assert results.count() == len(validator.suites[table].checks)
     assert spark.read.format("delta").load(storage.table_uri("bronze.quarantine")).count() == 1
@@ -304,7 +305,7 @@ def test_only_expectations_that_judge_single_rows_are_judged_outside_great_expec
         check.name
         for suite in validator.suites.values()
         for check in suite.checks
-        if gates.row_condition(check) is None
+        if conditions.row_condition(check) is None
     }
 
     assert whole_batch == WHOLE_BATCH
@@ -322,7 +323,7 @@ def test_a_row_condition_finds_the_rows_great_expectations_finds(
     rows = good_rows(table)
     mutate(rows)
     batch = frame(spark, table, rows)
-    condition = gates.row_condition(validator.suites[table].check(expectation))
+    condition = conditions.row_condition(validator.suites[table].check(expectation))
     assert condition is not None
 
     (judged,) = validator.validate(batch, table, "SUMMARY", [expectation])
@@ -334,7 +335,7 @@ def test_a_batch_judged_in_its_write_keeps_good_rows_and_records_once_what_it_fo
     spark: SparkSession, tmp_path: Path
 ) -> None:
     storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "bronze.sensor_records"
-    gates.create_tables(spark, storage, "bronze", ["bronze"])
+    store.create_tables(spark, storage, "bronze", ["bronze"])
     location = storage.table_uri(table)
     delta.create(spark, sensor_records.TABLE, location)
     suite = load_suites(PROJECT_ROOT / "expectations", table)[0].in_stream()
@@ -355,7 +356,7 @@ def test_a_batch_judged_in_its_write_keeps_good_rows_and_records_once_what_it_fo
         ("key_present", 102),
         ("value_within_size_bound", 103),
     ]
-    results = gates.read_results(spark, storage)
+    results = store.read_results(spark, storage)
     assert results is not None
     found = {r.expectation: (r.success, r.unexpected_count, r.element_count, r.quarantined)
              for r in results.collect()}  # fmt: skip
@@ -373,7 +374,7 @@ def test_a_fail_row_found_in_the_write_stops_the_batch_before_delta_commits(
     spark: SparkSession, validator: Validator, tmp_path: Path
 ) -> None:
     storage, table = StorageSettings(tmp_path.as_uri(), "", 60), "silver.violations"
-    gates.create_tables(spark, storage, "silver", ["silver"])
+    store.create_tables(spark, storage, "silver", ["silver"])
     location = storage.table_uri(table)
     delta.create(spark, violations.TABLE, location)
     rows = good_rows(table)

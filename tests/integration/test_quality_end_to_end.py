@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import TrafficSpec, produce
-from lakehouse.quality import gates
+from lakehouse.quality import store
 from lakehouse.quality.checks import build_data_docs, check_tables
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import Settings
@@ -70,7 +70,7 @@ def faulty_lake(
 
 def failed_in(spark: SparkSession, settings: Settings, mode: str) -> dict[tuple[str, str], int]:
     """(table, expectation) -> unexpected rows (quarantined rows in streams), failures only."""
-    results = gates.read_results(spark, settings.storage)
+    results = store.read_results(spark, settings.storage)
     assert results is not None
     count = "quarantined" if mode == "stream" else "unexpected_count"
     rows = (
@@ -86,7 +86,7 @@ def test_bronze_quarantines_exactly_the_records_the_protocol_forbids(
     spark: SparkSession, faulty_lake: tuple[Path, Settings]
 ) -> None:
     _, settings = faulty_lake
-    quarantined = gates.quarantined_rows(
+    quarantined = store.quarantined_rows(
         spark, settings.storage, sensor_records.NAME, sensor_records.TABLE.columns
     )
 
