@@ -169,39 +169,6 @@ def dependency_order(models: Iterable[Model]) -> list[Model]:
     return [m for wave in dependency_waves(models) for m in wave]
 
 
-def select(models: Sequence[Model], selectors: Sequence[str]) -> list[Model]:
-    """The models named by `selectors` in dependency order: `name` alone, `name+` with every
-    model downstream of it, `+name` with every model upstream. `gold.` may be left out."""
-    if not selectors:
-        return dependency_order(models)
-    by_name = {m.name: m for m in models}
-    chosen: set[str] = set()
-    for selector in selectors:
-        name = selector.strip("+")
-        name = name if "." in name else f"gold.{name}"
-        if name not in by_name:
-            known = ", ".join(m.name.split(".", 1)[1] for m in dependency_order(models))
-            raise LakehouseError(f"--select {selector!r}: no model {name} (models: {known})")
-        chosen.add(name)
-        if selector.endswith("+"):
-            chosen |= _reachable(
-                name, {m.name: {n.name for n in models if m.name in n.reads} for m in models}
-            )
-        if selector.startswith("+"):
-            chosen |= _reachable(name, {m.name: set(m.reads) & set(by_name) for m in models})
-    return [m for m in dependency_order(models) if m.name in chosen]
-
-
-def _reachable(start: str, edges: Mapping[str, set[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = [start]
-    while stack:
-        for nxt in edges.get(stack.pop(), set()) - seen:
-            seen.add(nxt)
-            stack.append(nxt)
-    return seen
-
-
 def run_models(
     spark: SparkSession,
     storage: StorageSettings,

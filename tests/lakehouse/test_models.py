@@ -1,11 +1,11 @@
-"""Model selection and ordering, without Spark."""
+"""Model ordering, without Spark (selection: test_graph.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.incremental import Model, dependency_order, dependency_waves, select
+from lakehouse.incremental import Model, dependency_order, dependency_waves
 from lakehouse.pipeline import MODELS
 from lakehouse.tables import TableSpec
 
@@ -34,44 +34,10 @@ def test_models_that_do_not_read_each_other_share_a_wave() -> None:
 
     assert [names(wave) for wave in waves] == [["gold.a", "gold.c"], ["gold.b"], ["gold.d"]]
     # a selection's waves ignore the models it leaves out
-    assert [names(w) for w in dependency_waves(select(MODELS, ["sensor_daily"]))] == [
-        ["gold.sensor_daily"]
-    ]
-
-
-def test_a_plus_after_a_model_selects_it_and_everything_downstream() -> None:
-    assert names(select(MODELS, ["sensor_hourly+"])) == ["gold.sensor_hourly", "gold.sensor_daily"]
-
-
-def test_a_plus_before_a_model_selects_it_and_everything_upstream() -> None:
-    assert names(select(MODELS, ["+gold.sensor_daily"])) == [
-        "gold.sensor_hourly",
-        "gold.sensor_daily",
-    ]
-
-
-def test_a_bare_name_selects_only_that_model() -> None:
-    assert names(select(MODELS, ["sensor_daily"])) == ["gold.sensor_daily"]
-
-
-def test_no_selection_runs_every_model() -> None:
-    assert len(select(MODELS, [])) == len(MODELS)
-
-
-def test_an_unknown_model_is_named_with_the_known_ones() -> None:
-    with pytest.raises(
-        LakehouseError, match=r"no model gold.sensor_weekly \(models: .*sensor_hourly"
-    ):
-        select(MODELS, ["sensor_weekly"])
+    daily = [m for m in MODELS if m.name == "gold.sensor_daily"]
+    assert [names(w) for w in dependency_waves(daily)] == [["gold.sensor_daily"]]
 
 
 def test_a_cycle_is_an_error_naming_its_models() -> None:
     with pytest.raises(LakehouseError, match="cycle"):
         dependency_order([model("gold.a", "gold.b"), model("gold.b", "gold.a")])
-
-
-def test_selection_follows_chains_of_any_length() -> None:
-    chain = [model("gold.a", "silver.x"), model("gold.b", "gold.a"), model("gold.c", "gold.b")]
-    assert names(select(chain, ["a+"])) == ["gold.a", "gold.b", "gold.c"]
-    assert names(select(chain, ["+c"])) == ["gold.a", "gold.b", "gold.c"]
-    assert names(select(chain, ["b"])) == ["gold.b"]
