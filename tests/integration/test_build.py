@@ -1,0 +1,201 @@
+"""`lakehouse build` end to end through the CLI, with a real broker, Spark, Delta and GX:
+one graph of nodes run and checked in order, selection, run_results.json and manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import TrafficSpec, produce
+from lakehouse.settings import Settings
+from tests.support import overrides, run_lakehouse, settings_for
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "build.sensors."
+SPEC = TrafficSpec(
+    seed=31,
+    sensors=2,
+    sessions_per_sensor=2,
+    rows_per_snapshot=10,
+    updates_per_session=30,
+    partitions=2,
+    topic_prefix=PREFIX,
+)
+NODES = [
+    "bronze",
+    "check:bronze.sensor_records",
+    "silver",
+    "check:silver.row_changes",
+    "check:silver.session_rows",
+    "check:silver.sessions",
+    "check:silver.violations",
+    "gold.sensor_hourly",
+    "gold.session_summary",
+    "check:gold.sensor_hourly",
+    "gold.sensor_daily",
+    "check:gold.sensor_daily",
+    "check:gold.session_summary",
+]
+
+
+def results_of(state: Path) -> dict[str, dict[str, Any]]:
+    document = json.loads((state / "run_results.json").read_text())
+    return {r["unique_id"]: r for r in document["results"]}
+
+
+@pytest.fixture(scope="module")
+def built(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, str], Settings, Any]:
+    """Traffic in Kafka, then one `lakehouse build` of the whole pipeline."""
+    root = tmp_path_factory.mktemp("build")
+    produce(SPEC, kafka_bootstrap)
+    env = overrides(root, kafka_bootstrap, PREFIX)
+    result = run_lakehouse("build", env=env, timeout=600)
+    return env, settings_for(root, kafka_bootstrap, PREFIX), result
+
+
+def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
+    built: tuple[dict[str, str], Settings, Any], spark: SparkSession
+) -> None:
+    _, settings, result = built
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "build: success=13" in result.stdout
+    state = settings.storage.local_state_dir
+    results = results_of(state)
+    assert list(results) == NODES
+    assert {r["status"] for r in results.values()} == {"success"}
+    assert results["bronze"]["rows_read"] == len(list(_records()))
+    assert results["gold.sensor_hourly"]["rows_written"] > 0
+    assert results["check:gold.sensor_hourly"]["failures"] == 0
+    # the gate ran on each model's rows before it wrote them: results of mode `run`
+    gated = spark.read.format("delta").load(
+        settings.storage.table_uri("quality.gold_expectation_results")
+    )
+    assert {r.table_name for r in gated.select("table_name").distinct().collect()} == {
+        "gold.sensor_hourly",
+        "gold.sensor_daily",
+        "gold.session_summary",
+    }
+    assert gated.where("NOT success").count() == 0
+    # the manifest: dependencies, and every column documented, as DESCRIBE shows it
+    manifest = json.loads((state / "manifest.json").read_text())
+    daily = manifest["nodes"]["gold.sensor_daily"]
+    assert daily["depends_on"] == ["check:gold.sensor_hourly", "gold.sensor_hourly"]
+    columns = manifest["tables"]["gold.sensor_hourly"]["columns"]
+    assert all(c["description"] for c in columns), columns
+    assert manifest["tables"]["gold.sensor_hourly"]["suite"]["inputs"] == ["silver.row_changes"]
+    described = {
+        r.col_name: r.comment for r in spark.sql("DESCRIBE gold.sensor_hourly").collect()
+    }
+    assert described["updates"] == next(c["description"] for c in columns if c["name"] == "updates")
+    assert (state / "runs").is_dir() and len(list((state / "runs").iterdir())) == 1
+
+
+def _records() -> Any:
+    from lakehouse.producer import generate_traffic
+
+    return generate_traffic(SPEC)
+
+
+def test_ls_and_a_dry_run_print_the_plan_and_run_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    env = overrides(tmp_path, kafka_bootstrap, "build.dry.")
+    selections = {
+        ("gold.sensor_daily",): ["gold.sensor_daily"],
+        ("sensor_hourly+",): [
+            "gold.sensor_hourly",
+            "check:gold.sensor_hourly",
+            "gold.sensor_daily",
+            "check:gold.sensor_daily",
+        ],
+        ("+sensor_daily", "--exclude", "layer:bronze", "type:check"): [
+            "silver",
+            "gold.sensor_hourly",
+            "gold.sensor_daily",
+        ],
+        ("1+gold.sensor_daily",): [
+            "gold.sensor_hourly",
+            "check:gold.sensor_hourly",
+            "gold.sensor_daily",
+        ],
+        ("layer:gold,type:check", "silver.sessions"): [
+            "silver",
+            "check:gold.sensor_hourly",
+            "check:gold.sensor_daily",
+            "check:gold.session_summary",
+        ],
+    }
+    for selection, expected in selections.items():
+        listed = run_lakehouse("ls", "--select", *selection, env=env, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert [line.split()[1] for line in listed.stdout.splitlines()] == expected, selection
+
+    dry = run_lakehouse("build", "--dry-run", "--select", "silver+", env=env, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "build would run 11 nodes:" in dry.stdout
+    assert "check  check:silver.sessions            after silver" in dry.stdout
+    assert not (tmp_path / "lake").exists() and not (tmp_path / "state").exists()
+
+    wrong = run_lakehouse("ls", "--select", "sensor_weekly", env=env, timeout=60)
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("lakehouse: error: selector 'sensor_weekly' names no node")
+
+
+def test_a_selected_build_runs_the_selection_and_its_checks_only(
+    built: tuple[dict[str, str], Settings, Any],
+) -> None:
+    env, settings, _ = built
+    result = run_lakehouse("build", "--select", "sensor_hourly+", env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = results_of(settings.storage.local_state_dir)
+    assert list(results) == [
+        "gold.sensor_hourly",
+        "check:gold.sensor_hourly",
+        "gold.sensor_daily",
+        "check:gold.sensor_daily",
+    ]
+    assert results["gold.sensor_hourly"]["message"].startswith("unchanged")
+
+
+def test_a_failing_fail_check_skips_what_is_downstream_and_lets_other_branches_go_on(
+    built: tuple[dict[str, str], Settings, Any], tmp_path: Path
+) -> None:
+    env, settings, _ = built
+    suites = tmp_path / "expectations"
+    shutil.copytree(PROJECT_ROOT / "expectations", suites)
+    sessions = suites / "silver" / "sessions.json"
+    suite = json.loads(sessions.read_text())
+    suite["expectations"].append(
+        {
+            "name": "no_session_has_records",
+            "severity": "fail",
+            "in_stream": False,
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "records", "max_value": 0},
+        }
+    )
+    sessions.write_text(json.dumps(suite))
+    result = run_lakehouse(
+        "build", env={**env, "LAKEHOUSE__QUALITY__SUITES": str(suites)}, timeout=600
+    )
+
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    statuses = {k: r["status"] for k, r in results_of(settings.storage.local_state_dir).items()}
+    assert statuses["bronze"] == statuses["silver"] == "success"
+    assert statuses["check:silver.sessions"] == "error"
+    # what reads silver.sessions waits for its check: skipped, with everything after it
+    assert statuses["gold.session_summary"] == statuses["check:gold.session_summary"] == "skipped"
+    # gold.sensor_hourly reads silver.row_changes, whose check passed: it goes on
+    assert statuses["gold.sensor_hourly"] == statuses["gold.sensor_daily"] == "success"
+    message = results_of(settings.storage.local_state_dir)["check:silver.sessions"]["message"]
+    assert "no_session_has_records (fail)" in message
+    assert "build: success=10 error=1 skipped=2" in result.stdout
