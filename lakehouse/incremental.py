@@ -274,21 +274,23 @@ def run_model(
         ]
         keys = model.changed_keys(*changes).select(*model.key).distinct().persist()
         try:
-            run.changed_keys = keys.count()
-        except Exception as error:  # Delta says "change data gone" in several ways
-            if not _lost_changes(error):
-                raise
-            run.reason = "the change data since the last run is no longer readable"
-        else:
-            run.mode = "incremental"
-            rows = model.build(*model.narrow(keys, *inputs))
-            rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
             try:
-                verdict = gate.judge(rows, model.name, views) if gate else None
-                kept = verdict.kept if verdict else rows
-                run.rows_written = _merge(rows, target, model.key, kept)
-            finally:
-                rows.unpersist()
+                run.changed_keys = keys.count()
+                run.mode = "incremental"
+            except Exception as error:  # Delta says "change data gone" in several ways
+                if not _lost_changes(error):
+                    raise
+                run.reason = "the change data since the last run is no longer readable"
+            # A new version that changes no rows (compaction's OPTIMIZE) touches no key.
+            if run.mode == "incremental" and run.changed_keys:
+                rows = model.build(*model.narrow(keys, *inputs))
+                rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
+                try:
+                    verdict = gate.judge(rows, model.name, views) if gate else None
+                    kept = verdict.kept if verdict else rows
+                    run.rows_written = _merge(rows, target, model.key, kept)
+                finally:
+                    rows.unpersist()
         finally:
             keys.unpersist()
     if run.mode == "full":

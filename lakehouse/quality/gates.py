@@ -10,6 +10,7 @@ reports it over whole tables.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import reduce
@@ -284,12 +285,16 @@ class WriteGate:
     storage: StorageSettings
     layer: str
     run_id: str
+    _judging: threading.Lock = field(default_factory=threading.Lock)
+    """Models of a wave run at once, and Great Expectations' context is not thread-safe:
+    its one Spark data source would validate one model's suite on another's rows."""
 
     def judge(self, frame: DataFrame, table: str, views: Mapping[str, str]) -> Verdict:
         """The verdict on `frame` (persisted by the caller); raise if a `fail` failed."""
         if self.validator is None or table not in self.validator.suites:
             return Verdict(frame, [], [])
-        verdict = judge(self.validator, frame, table, None, views)
+        with self._judging:
+            verdict = judge(self.validator, frame, table, None, views)
         if verdict.failed:
             self.record(frame.sparkSession, table, verdict)
             raise QualityError(
