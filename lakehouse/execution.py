@@ -13,7 +13,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -57,9 +57,7 @@ class NodeResult:
     """The exception that failed the node, for a caller that re-raises it (not written)."""
 
     def to_json(self) -> dict[str, Any]:
-        found = asdict(self)
-        del found["error"]
-        return found
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "error"}
 
 
 def execute(

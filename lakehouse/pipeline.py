@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
-from lakehouse import compaction, lease
+from lakehouse import catalog, compaction, lease
 from lakehouse.console import echo
 from lakehouse.execution import Done, Status
 from lakehouse.graph import Graph, Node, check_name, graph_of
@@ -217,6 +217,9 @@ class NodeRunner:
     continuous: bool = False
     trace: frozenset[str] | None = None
     full_refresh: bool = False
+    """Models: rebuild from their inputs instead of incrementally."""
+    rebuild_streams: bool = False
+    """Streams: start a new checkpoint whose first batch replaces their tables."""
     since: str | None = None
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
@@ -231,7 +234,7 @@ class NodeRunner:
     def _stream(self, node: Node) -> Done:
         stream = STREAMS[node.name]
         stats = stream.run(
-            self.spark, self.settings, self.continuous, self.trace, self.full_refresh
+            self.spark, self.settings, self.continuous, self.trace, self.rebuild_streams
         )
         lines = stream.summary(self.spark, self.settings, stats)
         for line in lines:
@@ -270,16 +273,19 @@ class NodeRunner:
     def _check(self, node: Node) -> Done:
         from lakehouse.incremental import last_versions
 
-        table = node.reads[0]
+        table, storage = node.reads[0], self.settings.storage
+        if not catalog.is_delta(self.spark, storage.table_uri(table)):
+            return Done("skipped", message=f"{table} is not built yet")
         versions = None
-        if any(m.name == table for m in MODELS):
+        if any(m.name == table for m in MODELS) and catalog.is_delta(
+            self.spark, storage.table_uri(RUNS.name)
+        ):
             # A reconciliation compares the table with the inputs it was built from.
             built_from = last_versions(self.spark, self.settings.storage).get(table, {})
             versions = {name: version for name, (version, _) in built_from.items()}
         with lease.holding(self.settings, [store.results_table("check").name], "lakehouse check"):
             checked = self._checker.check(table, self.since, versions)
-        if checked is None:
-            return Done("skipped", message=f"{table} is not built yet")
+        assert checked is not None  # the table exists
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
         verdict: Status = "error" if checked.blocking else "warn" if failed else "success"

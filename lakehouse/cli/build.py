@@ -39,8 +39,8 @@ def add_commands(commands: Any) -> None:
     build.add_argument(
         "--full-refresh",
         action="store_true",
-        help="rebuild the selected models from their inputs instead of incrementally "
-        "(streams: see `run --help`)",
+        help="rebuild the selected gold models from their inputs instead of incrementally; "
+        "build never rebuilds a stream (that is `run bronze|silver --full-refresh`)",
     )
     build.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     build.set_defaults(handler=run_build, command="build")

@@ -108,7 +108,9 @@ def run_layer(args: argparse.Namespace) -> None:
     else:
         nodes = select(graph, [args.layer])
     trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
-    runner = pipeline.NodeRunner(spark, settings, args.continuous, trace, args.full_refresh)
+    runner = pipeline.NodeRunner(
+        spark, settings, args.continuous, trace, args.full_refresh, args.full_refresh
+    )
     results = walk(settings, graph, nodes, runner, args)
     if args.layer == "gold":
         runs = runner.model_runs

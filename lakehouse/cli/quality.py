@@ -67,13 +67,18 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> None:
-    from lakehouse.quality.checks import build_data_docs, summary
+    from lakehouse import pipeline
+    from lakehouse.quality.checks import build_data_docs, latest_checks, summary
+    from lakehouse.quality.tables_page import write_tables_page
 
     settings, spark = spark_for(args, "report")
     index = build_data_docs(settings)
+    manifest = pipeline.manifest(settings, pipeline.graph(settings))
+    tables = write_tables_page(index.parent, manifest, latest_checks(spark, settings))
     for line in summary(spark, settings):
         echo(line)
     echo(f"Data Docs: {index}")
+    echo(f"tables, columns and the pipeline graph: {tables}")
     if args.publish:
         from lakehouse.quality.publish import publish_site
         from lakehouse.services import s3

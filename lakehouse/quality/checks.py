@@ -138,6 +138,20 @@ def build_data_docs(settings: Settings) -> Path:
     return index
 
 
+def latest_checks(spark: SparkSession, settings: Settings) -> dict[str, list[dict[str, Any]]]:
+    """Per table, the results of its latest check, one dict per expectation."""
+    results = store.read_results(spark, settings.storage)
+    if results is None:
+        return {}
+    checks = results.where("mode = 'check'")
+    newest = F.max("validated_at").over(Window.partitionBy("table_name"))
+    latest = checks.withColumn("newest", newest).where("validated_at = newest")
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in latest.collect():
+        found.setdefault(row.table_name, []).append(row.asDict())
+    return found
+
+
 def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str]:
     """Terminal lines: each table's latest check, stream validation totals, worst failures."""
     results = store.read_results(spark, settings.storage)

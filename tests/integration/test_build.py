@@ -97,6 +97,23 @@ def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
     assert (state / "runs").is_dir() and len(list((state / "runs").iterdir())) == 1
 
 
+def test_the_report_documents_every_table_and_draws_the_graph(
+    built: tuple[dict[str, str], Settings, Any],
+) -> None:
+    env, _, _ = built
+    report = run_lakehouse("report", env=env, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    (line,) = [x for x in report.stdout.splitlines() if x.startswith("tables, columns")]
+    page = Path(line.split(": ", 1)[1])
+    text = page.read_text()
+    assert text.count("<rect ") == len(NODES)  # one box per node of the graph
+    for name in ("bronze.sensor_records", "silver.sessions", "gold.sensor_daily"):
+        assert f"<h2 id='{name}'>" in text
+    assert "sessions_active" in text and "distinct sessions of the sensor" in text
+    assert "updates_reconcile_with_silver" in text and "FAILED" not in text
+    assert "href='tables.html'" in (page.parent / "index.html").read_text()
+
+
 def _records() -> Any:
     from lakehouse.producer import generate_traffic
 
