@@ -42,12 +42,12 @@ $lakehouse run silver
 step "build gold: session summaries, hourly and daily sensor rollups (first run: full)"
 $lakehouse run gold
 
-step "more traffic for the hours gold has aggregated, then bronze, silver and gold again"
+step "more traffic for the hours gold has aggregated, then the whole pipeline as one build"
 $lakehouse produce --seed 8 --sensors 2 --sessions 2 --rows 50 --updates 100
-$lakehouse run bronze
-$lakehouse run silver
-echo "-- gold now recomputes only the hours, days and sessions these records touch:"
-$lakehouse run gold
+echo "-- the graph build walks (lakehouse ls), then one Spark application runs and checks it all;"
+echo "-- gold recomputes only the hours, days and sessions these records touch:"
+$lakehouse ls
+$lakehouse build
 
 step "compact: bin-pack small files, cluster gold tables, VACUUM (retention checked against readers' lag)"
 $lakehouse compact

@@ -300,6 +300,7 @@ ROW_BY_ROW = [case for case in BAD_FRAMES if case[1] not in WHOLE_BATCH]
 
 def test_only_expectations_that_judge_single_rows_are_judged_outside_great_expectations(
     validator: Validator,
+    spark: SparkSession,  # conditions are Spark columns: they need a running session
 ) -> None:
     whole_batch = {
         check.name
