@@ -5,7 +5,9 @@ Bronze is written directly from generated traffic (no broker: gold is what is me
 silver by its real job, gold once in full. The lake then grows to each size of
 `--sessions` (sessions per sensor, ~600 silver row changes each). At each size, twice, one
 late session of one sensor arrives, goes through silver, and gold runs incrementally
-(timed); then a full refresh of the same data runs twice (timed). Best of two each. At
+(timed); then as `run gold` chooses, without and with the quality gate that validates
+each model's rows before they are written (`expectations/gold/`, reconciliations
+included); then a full refresh of the same data runs twice (timed). Best of two each. At
 the end, a representative query (one sensor's hours) is timed before and after
 `compact` (best of five each).
 
@@ -22,6 +24,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +36,7 @@ from lakehouse.compaction import compact, snapshot
 from lakehouse.incremental import ModelRun, run_models
 from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic
+from lakehouse.quality.gates import WriteGate, write_gate
 from lakehouse.spark import build_spark
 from silver import reconstruct, row_changes
 
@@ -60,6 +64,8 @@ class Size:
     incremental: list[float]
     auto: float
     """The runner left to choose per model (gold.full_refresh_below_mb), as `run gold` does."""
+    gated: float
+    """The same, each model's rows judged by its suite before they are written."""
     full: list[float]
     by_model: dict[str, tuple[float, float, str, float]]
     """model -> seconds of the best incremental and full runs, what auto chose and took."""
@@ -96,13 +102,14 @@ def main() -> None:
 
     print(
         "\nsilver row changes  inputs (MiB)  incremental  full refresh  full/incremental  "
-        "auto  full/auto"
+        "auto  full/auto  gated  gated/auto"
     )
     for r in results:
         print(
             f"{r.changes:>18,}  {r.input_mib:>12,.1f}  {min(r.incremental):>10.1f}s  "
             f"{min(r.full):>11.1f}s  {min(r.full) / min(r.incremental):>16.2f}  "
-            f"{r.auto:>4.1f}s  {min(r.full) / r.auto:>9.2f}"
+            f"{r.auto:>4.1f}s  {min(r.full) / r.auto:>9.2f}  {r.gated:>5.1f}s  "
+            f"{r.gated / r.auto:>10.2f}"
         )
     print(f"crossover: {crossover(results)}")
     print(f"query before compaction: {min(before):8.3f} s  ({files_before} files)")
@@ -149,6 +156,7 @@ class Lake:
         choose; then two full refreshes."""
         incremental = [self.gold_after_late_session("incremental") for _ in range(2)]
         auto = self.gold_after_late_session("auto")
+        gated = self.gold_after_late_session("auto", gated=True)
         full = [self.gold("full") for _ in range(2)]
         best_incremental = min(incremental, key=wall)[1]
         best_full = min(full, key=wall)[1]
@@ -159,6 +167,7 @@ class Lake:
             (detail.first() or {"sizeInBytes": 0})["sizeInBytes"] / 2**20,
             [wall(run) for run in incremental],
             wall(auto),
+            wall(gated),
             [wall(run) for run in full],
             {
                 i.model: (i.seconds, f.seconds, a.mode, a.seconds)
@@ -166,7 +175,9 @@ class Lake:
             },
         )
 
-    def gold_after_late_session(self, mode: str) -> tuple[float, list[ModelRun]]:
+    def gold_after_late_session(
+        self, mode: str, gated: bool = False
+    ) -> tuple[float, list[ModelRun]]:
         """One late session of one sensor (a few hours of one day change) through silver,
         then gold."""
         self.late += 1
@@ -181,11 +192,12 @@ class Lake:
             )
         )
         reconstruct.run(self.spark, self.settings)
-        return self.gold(mode)
+        return self.gold(mode, gated)
 
-    def gold(self, mode: str) -> tuple[float, list[ModelRun]]:
+    def gold(self, mode: str, gated: bool = False) -> tuple[float, list[ModelRun]]:
         """Every model `full`, `incremental`, or `auto` as `lakehouse run gold` chooses: the
-        run's seconds (models of a wave run at once) and each model's run."""
+        run's seconds (models of a wave run at once) and each model's run; `gated`: with
+        the gold quality gate, built once per application as `run gold` builds it."""
         threshold = {"full": 0, "incremental": 0, "auto": self.settings.gold.full_refresh_below_mb}
         started = time.perf_counter()
         runs = run_models(
@@ -195,9 +207,15 @@ class Lake:
             full_refresh=mode == "full",
             full_below_bytes=int(threshold[mode] * 2**20),
             echo=lambda _: None,
+            gate=self.gate if gated else None,
         )
         assert mode == "auto" or all(r.mode == mode for r in runs), runs
         return time.perf_counter() - started, runs
+
+    @cached_property
+    def gate(self) -> WriteGate:
+        s = self.settings
+        return write_gate(self.spark, s.quality, s.storage, "gold")
 
     def table(self, name: str) -> str:
         return self.settings.storage.table_uri(name)
