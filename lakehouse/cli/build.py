@@ -95,6 +95,9 @@ def run_build(args: argparse.Namespace) -> int:
     runner = pipeline.NodeRunner(spark, settings, full_refresh=args.full_refresh)
     results = walk(settings, graph, chosen, runner, args)
     echo(f"build: {tally(results)}")
+    for r in results:  # what needs a look, once more at the end, as dbt lists it
+        if r.status in ("error", "warn"):
+            echo(f"  {r.status.upper():<5} {r.unique_id}: {r.message}")
     return 1 if any(r.status == "error" for r in results) else 0
 
 

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse import catalog, delta
 from lakehouse.console import echo
+from lakehouse.errors import LakehouseError
 from lakehouse.quality import data_docs, store
 from lakehouse.quality.gates import input_views
 from lakehouse.quality.store import Outcome
@@ -87,10 +88,10 @@ class Checker:
             window = " (whole table: the suite names no time_column)"
         inputs = {}
         for name in suite.inputs:
-            reader = self.spark.read.format("delta")
-            if versions and name in versions:
-                reader = reader.option("versionAsOf", versions[name])
-            inputs[name] = (reader.load(storage.table_uri(name)), (versions or {}).get(name, -1))
+            inputs[name] = (
+                self._input(table, name, versions or {}),
+                (versions or {}).get(name, -1),
+            )
         started = time.monotonic()
         frame.persist()
         try:
@@ -111,6 +112,20 @@ class Checker:
         found = store.results_frame(self.spark, self.run_id, "check", "*", {table: outcomes}, None)
         delta.append(found, storage.table_uri(store.results_table("check").name))
         return check
+
+    def _input(self, table: str, name: str, versions: Mapping[str, int]) -> DataFrame:
+        """A table `table`'s suite reads besides it: at `versions[name]`, else as it is now.
+        A quarantine not made yet holds no rows; any other missing table is an error."""
+        uri = self.settings.storage.table_uri(name)
+        if not catalog.is_delta(self.spark, uri):
+            layer = name.split(".", 1)[0]
+            if name == store.quarantine_table(layer).name:
+                return self.spark.createDataFrame([], store.quarantine_table(layer).columns)
+            raise LakehouseError(f"{table}'s suite reads {name}, which is not built yet ({uri})")
+        reader = self.spark.read.format("delta")
+        if name in versions:
+            reader = reader.option("versionAsOf", versions[name])
+        return reader.load(uri)
 
 
 def check_tables(

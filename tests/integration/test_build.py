@@ -91,7 +91,10 @@ def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
     assert daily["depends_on"] == ["check:gold.sensor_hourly", "gold.sensor_hourly"]
     columns = manifest["tables"]["gold.sensor_hourly"]["columns"]
     assert all(c["description"] for c in columns), columns
-    assert manifest["tables"]["gold.sensor_hourly"]["suite"]["inputs"] == ["silver.row_changes"]
+    assert manifest["tables"]["gold.sensor_hourly"]["suite"]["inputs"] == [
+        "gold.quarantine",
+        "silver.row_changes",
+    ]
     described = {r.col_name: r.comment for r in spark.sql("DESCRIBE gold.sensor_hourly").collect()}
     assert described["updates"] == next(c["description"] for c in columns if c["name"] == "updates")
     assert (state / "runs").is_dir() and len(list((state / "runs").iterdir())) == 1
