@@ -18,7 +18,9 @@ def add_commands(commands: Any) -> None:
         "or keep running with --continuous; every compact.stream_every_batches batches they "
         "compact the tables they write. gold runs its models (gold/*.py) in dependency "
         "order, each incrementally: only the keys that silver changes since the model's last "
-        "run touch are recomputed.",
+        "run touch are recomputed, and judged by its suite (expectations/gold/) before they "
+        "are written. Writes run_results.json under the state folder. To run and check the "
+        "whole pipeline in one application: `lakehouse build`.",
     )
     run.add_argument("layer", choices=("bronze", "silver", "gold"))
     run.add_argument(
@@ -40,8 +42,9 @@ def add_commands(commands: Any) -> None:
         nargs="+",
         default=[],
         metavar="MODEL",
-        help="gold: only these models; `name+` adds what is downstream of it, `+name` what is "
-        "upstream (e.g. --select sensor_hourly+)",
+        help="gold: only these models, selected as `build --select` selects (`name+` adds "
+        "what is downstream of it, `+name` what is upstream, e.g. sensor_hourly+; see "
+        "`lakehouse ls --help`)",
     )
     run.add_argument(
         "--full-refresh",
