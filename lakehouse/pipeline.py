@@ -11,6 +11,7 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -223,6 +224,7 @@ class NodeRunner:
     since: str | None = None
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
+    _held: ExitStack = field(default_factory=ExitStack)
 
     def __call__(self, node: Node) -> Done:
         if node.kind == "stream":
@@ -283,8 +285,7 @@ class NodeRunner:
             # A reconciliation compares the table with the inputs it was built from.
             built_from = last_versions(self.spark, self.settings.storage).get(table, {})
             versions = {name: version for name, (version, _) in built_from.items()}
-        with lease.holding(self.settings, [store.results_table("check").name], "lakehouse check"):
-            checked = self._checker.check(table, self.since, versions)
+        checked = self._checker.check(table, self.since, versions)
         assert checked is not None  # the table exists
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
@@ -295,7 +296,18 @@ class NodeRunner:
     def _checker(self) -> Any:
         from lakehouse.quality.checks import Checker
 
+        # One lease on the check results for the whole walk: taking one per table costs
+        # each check a round of S3 calls.
+        results = store.results_table("check").name
+        self._held.enter_context(lease.holding(self.settings, [results], "lakehouse check"))
         return Checker(self.spark, self.settings, load_suites(self.settings.quality.suites_dir))
+
+    def __enter__(self) -> NodeRunner:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Release what the walk held (the check results' lease)."""
+        self._held.close()
 
 
 def plan(pipeline: Graph, nodes: Sequence[Node]) -> list[str]:

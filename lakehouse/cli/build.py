@@ -117,7 +117,8 @@ def walk(
     started, run_id = time.monotonic(), new_run_id()
     results: list[NodeResult] = []
     try:
-        results = execute(graph, nodes, runner)
+        with runner:
+            results = execute(graph, nodes, runner)
     finally:
         folder = write_artifacts(
             settings.storage.local_state_dir,
