@@ -5,9 +5,9 @@ Bronze is written directly from generated traffic (no broker: gold is what is me
 silver by its real job, gold once in full. The lake then grows to each size of
 `--sessions` (sessions per sensor, ~600 silver row changes each). At each size, twice, one
 late session of one sensor arrives, goes through silver, and gold runs incrementally
-(timed); then as `run gold` chooses, without and with the quality gate that validates
-each model's rows before they are written (`expectations/gold/`, reconciliations
-included); then a full refresh of the same data runs twice (timed). Best of two each. At
+(timed), once more as `run gold` chooses, and twice more incrementally with the quality
+gate that judges each model's rows before they are written (`expectations/gold/`,
+reconciliations included); then a full refresh of the same data runs twice (timed). At
 the end, a representative query (one sensor's hours) is timed before and after
 `compact` (best of five each).
 
@@ -64,8 +64,9 @@ class Size:
     incremental: list[float]
     auto: float
     """The runner left to choose per model (gold.full_refresh_below_mb), as `run gold` does."""
-    gated: float
-    """The same, each model's rows judged by its suite before they are written."""
+    gated: list[float]
+    """Incremental runs, each model's rows judged by its suite before they are written:
+    the first (which also builds the gate), then the next."""
     full: list[float]
     by_model: dict[str, tuple[float, float, str, float]]
     """model -> seconds of the best incremental and full runs, what auto chose and took."""
@@ -102,14 +103,14 @@ def main() -> None:
 
     print(
         "\nsilver row changes  inputs (MiB)  incremental  full refresh  full/incremental  "
-        "auto  full/auto  gated  gated/auto"
+        "auto  full/auto  gated (first)  gated/incremental"
     )
     for r in results:
         print(
             f"{r.changes:>18,}  {r.input_mib:>12,.1f}  {min(r.incremental):>10.1f}s  "
             f"{min(r.full):>11.1f}s  {min(r.full) / min(r.incremental):>16.2f}  "
-            f"{r.auto:>4.1f}s  {min(r.full) / r.auto:>9.2f}  {r.gated:>5.1f}s  "
-            f"{r.gated / r.auto:>10.2f}"
+            f"{r.auto:>4.1f}s  {min(r.full) / r.auto:>9.2f}  {r.gated[1]:>5.1f}s "
+            f"({r.gated[0]:>4.1f}s)  {r.gated[1] / min(r.incremental):>17.2f}"
         )
     print(f"crossover: {crossover(results)}")
     print(f"query before compaction: {min(before):8.3f} s  ({files_before} files)")
@@ -156,7 +157,9 @@ class Lake:
         choose; then two full refreshes."""
         incremental = [self.gold_after_late_session("incremental") for _ in range(2)]
         auto = self.gold_after_late_session("auto")
-        gated = self.gold_after_late_session("auto", gated=True)
+        # The first gated run also builds the gate (a GX context, its tables), as every
+        # `run gold` does once: both are kept, the steady one compared.
+        gated = [self.gold_after_late_session("incremental", gated=True) for _ in range(2)]
         full = [self.gold("full") for _ in range(2)]
         best_incremental = min(incremental, key=wall)[1]
         best_full = min(full, key=wall)[1]
@@ -167,7 +170,7 @@ class Lake:
             (detail.first() or {"sizeInBytes": 0})["sizeInBytes"] / 2**20,
             [wall(run) for run in incremental],
             wall(auto),
-            wall(gated),
+            [wall(run) for run in gated],
             [wall(run) for run in full],
             {
                 i.model: (i.seconds, f.seconds, a.mode, a.seconds)

@@ -236,9 +236,6 @@ def run_model(
         for s in sources.values()
     ]
     delta.create(spark, model.table, target)
-    views = input_views(
-        {name: (frame, s.version) for (name, s), frame in zip(sources.items(), inputs, strict=True)}
-    )
     reason = "--full-refresh" if full_refresh else _why_full(last, sources)
     if not reason and last is not None:
         reason = next(
@@ -283,9 +280,12 @@ def run_model(
                 run.reason = "the change data since the last run is no longer readable"
             # A new version that changes no rows (compaction's OPTIMIZE) touches no key.
             if run.mode == "incremental" and run.changed_keys:
-                rows = model.build(*model.narrow(keys, *inputs))
+                narrowed = model.narrow(keys, *inputs)
+                rows = model.build(*narrowed)
                 rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
                 try:
+                    # The rows are those keys' only: so are the inputs they reconcile with.
+                    views = _views(model, sources, narrowed)
                     verdict = gate.judge(rows, model.name, views) if gate else None
                     kept = verdict.kept if verdict else rows
                     run.rows_written = _merge(rows, target, model.key, kept)
@@ -297,7 +297,7 @@ def run_model(
         rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
         if gate:  # judged before the overwrite: the rows are cached once for both
             rows = rows.persist()
-            verdict = gate.judge(rows, model.name, views)
+            verdict = gate.judge(rows, model.name, _views(model, sources, inputs))
         try:
             written = Observation()  # counted as they are written, not read again after
             kept = verdict.kept if verdict else rows
@@ -312,6 +312,16 @@ def run_model(
         run.quarantined = sum(o.quarantined or 0 for o in verdict.outcomes)
     run.seconds = time.monotonic() - started
     return run
+
+
+def _views(
+    model: Model, sources: Mapping[str, Source], frames: Sequence[DataFrame]
+) -> dict[str, str]:
+    """The model's inputs as the views its suite's reconciliations read."""
+    pinned = {
+        name: (frame, s.version) for (name, s), frame in zip(sources.items(), frames, strict=True)
+    }
+    return input_views(pinned, model.name)
 
 
 def conform(rows: DataFrame, model: Model, target: DataFrame) -> DataFrame:

@@ -324,13 +324,17 @@ def write_gate(
     return WriteGate(Validator([s for s in suites if s.checks]), storage, layer, new_run_id())
 
 
-def input_views(inputs: Mapping[str, tuple[DataFrame, int]]) -> dict[str, str]:
+def input_views(
+    inputs: Mapping[str, tuple[DataFrame, int]], reader: str = "check"
+) -> dict[str, str]:
     """Register each input frame (a table as of a version) as a temporary view; the view
-    of each table, for a suite's reconciliation queries. Named by version, so that runs
-    that pinned different versions never read each other's."""
+    of each table, for a suite's reconciliation queries. Named by reader and version, so
+    that models running at once never read each other's."""
     views = {}
     for name, (frame, version) in inputs.items():
         suffix = f"v{version}" if version >= 0 else "latest"  # -1: as the table is now
-        views[name] = f"lakehouse_input_{name.replace('.', '__')}_{suffix}"
+        views[name] = "_".join(
+            ("lakehouse_input", reader.replace(".", "__"), name.replace(".", "__"), suffix)
+        )
         frame.createOrReplaceTempView(views[name])
     return views
