@@ -4,7 +4,7 @@ A node that fails (an exception, or a check whose `fail` expectation failed) sto
 selected node downstream of it, which is reported as skipped; independent branches go
 on. Every walk (`run`, `check`, `build`) leaves `run_results.json` and `manifest.json`
 under `<local_state>/runs/<run id>/`, the latest also in `<local_state>/`, in dbt's spirit
-(docs/operations.md, "Run results and the manifest").
+(docs/operations.md, "Build: the graph, selection, run results").
 """
 
 from __future__ import annotations

@@ -297,8 +297,9 @@ def run_model(
         rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
         if gate:  # judged before the overwrite: the rows are cached once for both
             rows = rows.persist()
-            verdict = gate.judge(rows, model.name, _views(model, sources, inputs))
         try:
+            if gate:
+                verdict = gate.judge(rows, model.name, _views(model, sources, inputs))
             written = Observation()  # counted as they are written, not read again after
             kept = verdict.kept if verdict else rows
             kept.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode(

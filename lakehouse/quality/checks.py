@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from lakehouse import catalog, delta
 from lakehouse.console import echo
 from lakehouse.errors import LakehouseError
+from lakehouse.incremental import RUNS, last_versions
 from lakehouse.quality import data_docs, store
 from lakehouse.quality.gates import input_views
 from lakehouse.quality.store import Outcome
@@ -64,16 +65,12 @@ class Checker:
         self.run_id = store.new_run_id()
 
     def check(
-        self,
-        table: str,
-        since: str | None = None,
-        versions: Mapping[str, int] | None = None,
-        echo: Callable[[str], None] = echo,
+        self, table: str, since: str | None = None, echo: Callable[[str], None] = echo
     ) -> TableCheck | None:
         """Validate `table` as it is now (rows at or after `since` by its time column), and
         record the results; None when the table is not built yet. A suite that reconciles
-        the table with its inputs reads each at `versions` (what the table was built from),
-        else as it is now."""
+        the table with its inputs reads each as the table's last run did (a gold model's,
+        in `gold.model_runs`), else as it is now."""
         suite, storage = self.suites[table], self.settings.storage
         path = storage.table_uri(table)
         if not catalog.is_delta(self.spark, path):
@@ -86,12 +83,11 @@ class Checker:
             window = f" since {since} by {suite.time_column}"
         elif since:
             window = " (whole table: the suite names no time_column)"
-        inputs = {}
-        for name in suite.inputs:
-            inputs[name] = (
-                self._input(table, name, versions or {}),
-                (versions or {}).get(name, -1),
-            )
+        versions = self._built_from(table) if suite.inputs else {}
+        inputs = {
+            name: (self._input(table, name, versions), versions.get(name, -1))
+            for name in suite.inputs
+        }
         started = time.monotonic()
         frame.persist()
         try:
@@ -112,6 +108,13 @@ class Checker:
         found = store.results_frame(self.spark, self.run_id, "check", "*", {table: outcomes}, None)
         delta.append(found, storage.table_uri(store.results_table("check").name))
         return check
+
+    def _built_from(self, table: str) -> dict[str, int]:
+        """The version of each input the table's last run read, if a model built it."""
+        if not catalog.is_delta(self.spark, self.settings.storage.table_uri(RUNS.name)):
+            return {}
+        read = last_versions(self.spark, self.settings.storage).get(table, {})
+        return {name: version for name, (version, _) in read.items()}
 
     def _input(self, table: str, name: str, versions: Mapping[str, int]) -> DataFrame:
         """A table `table`'s suite reads besides it: at `versions[name]`, else as it is now.
@@ -134,13 +137,11 @@ def check_tables(
     select: str | None = None,
     since: str | None = None,
     echo: Callable[[str], None] = echo,
-    versions: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[TableCheck]:
-    """Validate every selected table that exists; results go to the results table.
-    `versions`: per table, the versions of its inputs it was built from."""
+    """Validate every selected table that exists; results go to the results table."""
     suites = load_suites(settings.quality.suites_dir, select)
     checker = Checker(spark, settings, suites)
-    found = [checker.check(s.table, since, (versions or {}).get(s.table), echo) for s in suites]
+    found = [checker.check(s.table, since, echo) for s in suites]
     return [c for c in found if c is not None]
 
 

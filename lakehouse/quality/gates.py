@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import reduce
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -104,12 +105,13 @@ def judge(
     return Verdict(kept, final, diverted)
 
 
-def failure_line(table: str, where: str, outcome: Outcome, suite_path: Any) -> str:
-    """The one line a failed `fail` expectation stops a write with."""
+def failure_line(table: str, where: str, outcome: Outcome, suite: Path, left: str) -> str:
+    """The one line a failed `fail` expectation stops a write with; `left`: what that
+    leaves (`the batch was not committed`)."""
     found = f": {outcome.found}" if outcome.found else ""
     return (
         f"{table} {where}: expectation {outcome.check.name} (fail) failed{found}; "
-        f"nothing was written (suite {suite_path})"
+        f"{left} (suite {suite})"
     )
 
 
@@ -247,9 +249,13 @@ class BatchGate:
             delta.append(found, self.storage.table_uri(results_table(self.layer).name))
             table, outcome = failed[0]
             raise QualityError(
-                f"{table} batch {self.txn.version}: expectation {outcome.check.name} (fail) "
-                f"failed{': ' + outcome.found if outcome.found else ''}; "
-                f"the batch was not committed (suite {validator.suites[table].path})"
+                failure_line(
+                    table,
+                    f"batch {self.txn.version}",
+                    outcome,
+                    validator.suites[table].path,
+                    "the batch was not committed",
+                )
             )
         delta.append(found, self.storage.table_uri(results_table(self.layer).name), self.txn)
         self._divert(spark, rebuild)
@@ -278,10 +284,11 @@ class WriteGate:
 
     A failed `fail` expectation records its results and raises, so the table is left as
     it was. Results and quarantined rows are appended after the table's write: a crash
-    in between leaves the model's run unrecorded too, so its next run does it again.
+    in between leaves the model's run unrecorded too, so its next run does it again (and
+    may quarantine the same rows a second time).
     """
 
-    validator: Validator | None
+    validator: Validator
     storage: StorageSettings
     layer: str
     run_id: str
@@ -291,14 +298,15 @@ class WriteGate:
 
     def judge(self, frame: DataFrame, table: str, views: Mapping[str, str]) -> Verdict:
         """The verdict on `frame` (persisted by the caller); raise if a `fail` failed."""
-        if self.validator is None or table not in self.validator.suites:
+        if table not in self.validator.suites:
             return Verdict(frame, [], [])
         with self._judging:
             verdict = judge(self.validator, frame, table, None, views)
         if verdict.failed:
             self.record(frame.sparkSession, table, verdict)
+            suite = self.validator.suites[table].path
             raise QualityError(
-                failure_line(table, "run", verdict.failed[0], self.validator.suites[table].path)
+                failure_line(table, "run", verdict.failed[0], suite, "nothing was written")
             )
         return verdict
 

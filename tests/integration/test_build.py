@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
 from tests.support import overrides, run_lakehouse, settings_for
 
@@ -72,7 +72,7 @@ def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
     results = results_of(state)
     assert list(results) == NODES
     assert {r["status"] for r in results.values()} == {"success"}
-    assert results["bronze"]["rows_read"] == len(list(_records()))
+    assert results["bronze"]["rows_read"] == sum(1 for _ in generate_traffic(SPEC))
     assert results["gold.sensor_hourly"]["rows_written"] > 0
     assert results["check:gold.sensor_hourly"]["failures"] == 0
     # the gate ran on each model's rows before it wrote them: results of mode `run`
@@ -115,12 +115,6 @@ def test_the_report_documents_every_table_and_draws_the_graph(
     assert "sessions_active" in text and "distinct sessions of the sensor" in text
     assert "updates_reconcile_with_silver" in text and "FAILED" not in text
     assert "href='tables.html'" in (page.parent / "index.html").read_text()
-
-
-def _records() -> Any:
-    from lakehouse.producer import generate_traffic
-
-    return generate_traffic(SPEC)
 
 
 def test_ls_and_a_dry_run_print_the_plan_and_run_nothing(
