@@ -21,8 +21,9 @@ Selection (`--select`, `--exclude`), as dbt users write it:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from lakehouse.errors import LakehouseError
@@ -70,7 +71,7 @@ class Graph:
     def __getitem__(self, name: str) -> Node:
         return self._by_name[name]
 
-    @property
+    @cached_property
     def _by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
@@ -188,9 +189,8 @@ def _named(graph: Graph, body: str) -> set[str]:
     return found
 
 
-def _walk(start: set[str], step: object, depth: int | None) -> set[str]:
+def _walk(start: set[str], step: Callable[[str], Iterable[str]], depth: int | None) -> set[str]:
     """Every node reachable from `start` by `step` in at most `depth` steps (None: any)."""
-    assert callable(step)
     seen: set[str] = set()
     frontier, taken = set(start), 0
     while frontier and (depth is None or taken < depth):
