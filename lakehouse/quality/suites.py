@@ -30,6 +30,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -92,7 +93,7 @@ class Suite:
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)
 
-    @property
+    @cached_property
     def inputs(self) -> tuple[str, ...]:
         """Other tables its queries read, written `{silver.row_changes}`: a reconciliation
         compares the table with what it was built from."""
