@@ -11,23 +11,17 @@ read yet gone, so the retention is checked against every incremental reader firs
 
 from __future__ import annotations
 
-import json
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import SparkSession
 
-from lakehouse import catalog, incremental, lease
+from lakehouse import catalog, lease
 from lakehouse.console import echo
 from lakehouse.delta import retry_on_conflict
 from lakehouse.errors import LakehouseError, explain
+from lakehouse.positions import Reader, reader_lags
 from lakehouse.settings import Settings
-
-if TYPE_CHECKING:
-    from lakehouse.pipeline import Reader
 
 
 @dataclass(frozen=True)
@@ -54,17 +48,6 @@ class Compaction:
             f"{self.table:<28} table {self.snapshot_before} -> {self.snapshot_after};  "
             f"on storage {self.storage_before} -> {self.storage_after}"
         )
-
-
-@dataclass(frozen=True)
-class Lag:
-    """How far one reader of a table is behind it."""
-
-    reader: str
-    next_version: int
-    """The first version it has not read."""
-    seconds: float
-    """Age of that version's commit; 0 when the reader is up to date."""
 
 
 def compact(
@@ -204,62 +187,6 @@ def check_retention(
             )
 
 
-def reader_lags(
-    spark: SparkSession, settings: Settings, readers: Sequence[Reader], tables: dict[str, str]
-) -> dict[str, list[Lag]]:
-    """table -> the lag of each of `readers` that reads it."""
-    positions: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    runs_exist = catalog.is_delta(spark, settings.storage.table_uri(incremental.RUNS.name))
-    models_read = incremental.last_versions(spark, settings.storage) if runs_exist else {}
-    for reader in readers:
-        if reader.checkpoint is not None:
-            checkpoint = settings.storage.checkpoint_uri(reader.checkpoint)
-            position = stream_next_version(spark, checkpoint)
-        elif reader.model is not None:
-            last = models_read.get(reader.model, {})
-            position = last[reader.table][0] + 1 if reader.table in last else None
-        else:
-            position = None
-        if position is not None:
-            positions[reader.table].append((reader.name, position))
-    now = datetime.now(UTC)
-    return {
-        table: [
-            Lag(reader, version, _age(spark, tables[table], version, now))
-            for reader, version in readers
-        ]
-        for table, readers in positions.items()
-        if table in tables
-    }
-
-
-def stream_next_version(spark: SparkSession, checkpoint: str) -> int | None:
-    """The first version of its Delta source a stream has not fully processed, from the
-    offsets of its last committed batch; None before its first batch commits."""
-    offset = _source_offset(spark, checkpoint)
-    if offset is None:
-        return None
-    version = int(offset["reservoirVersion"])
-    return version + 1 if offset.get("index", -1) > 1 << 60 else version
-
-
-def stream_source_id(spark: SparkSession, checkpoint: str) -> str | None:
-    """The table id of the Delta source a stream's last committed batch read."""
-    offset = _source_offset(spark, checkpoint)
-    return None if offset is None else str(offset["reservoirId"])
-
-
-def _source_offset(spark: SparkSession, checkpoint: str) -> dict[str, Any] | None:
-    fs, path = catalog.hadoop_fs(spark, checkpoint)
-    commits = _batch_ids(fs, path.suffix("/commits"))
-    if not commits:
-        return None
-    offsets = _read(spark, fs, path.suffix(f"/offsets/{max(commits)}")).splitlines()
-    # "v1", the batch's metadata, then one offset per source: silver's one is bronze.
-    found: dict[str, Any] = json.loads(offsets[2])
-    return found
-
-
 def snapshot(spark: SparkSession, location: str) -> Footprint:
     """The files the table's current version names."""
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()
@@ -275,33 +202,6 @@ def storage(spark: SparkSession, location: str) -> Footprint:
     return Footprint(
         int(total.getFileCount() - log.getFileCount()), int(total.getLength() - log.getLength())
     )
-
-
-def _age(spark: SparkSession, location: str, version: int, now: datetime) -> float:
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, location).history()
-    committed = history.where(history.version == version).select("timestamp").first()
-    if committed is None:  # not committed yet: the reader is up to date
-        return 0.0
-    return max(0.0, (now - committed["timestamp"].replace(tzinfo=UTC)).total_seconds())
-
-
-def _batch_ids(fs: object, folder: object) -> list[int]:
-    if not fs.exists(folder):  # type: ignore[attr-defined]
-        return []
-    names = [s.getPath().getName() for s in fs.listStatus(folder)]  # type: ignore[attr-defined]
-    return [int(n) for n in names if n.isdigit()]
-
-
-def _read(spark: SparkSession, fs: object, path: object) -> str:
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    stream = fs.open(path)  # type: ignore[attr-defined]
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
 
 
 def _size(n: int) -> str:

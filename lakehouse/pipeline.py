@@ -25,6 +25,7 @@ from lakehouse.console import echo
 from lakehouse.execution import Done, Status
 from lakehouse.graph import Graph, Node, check_name, graph_of
 from lakehouse.incremental import RUNS, Model, ModelRun, declared_models, dependency_order
+from lakehouse.positions import Reader
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.settings import Settings
@@ -88,17 +89,6 @@ live_sessions = reconstruct.live_state
 
 MODELS: tuple[Model, ...] = tuple(dependency_order(declared_models(gold)))
 """Every gold model, each after the models it reads."""
-
-
-@dataclass(frozen=True)
-class Reader:
-    """Something that reads `table` incrementally and so must find the versions it has not
-    read yet: a stream (by its checkpoint) or a model (by its recorded runs)."""
-
-    name: str
-    table: str
-    checkpoint: str | None = None
-    model: str | None = None
 
 
 READERS: tuple[Reader, ...] = (

@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from bronze import sensor_records
-from lakehouse import catalog, compaction, delta, lease
+from lakehouse import catalog, delta, lease, positions
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
@@ -337,7 +337,7 @@ def run(
         bronze_uri = settings.storage.table_uri(sensor_records.NAME)
         if not full_refresh:
             refuse_old_state(spark, checkpoint)
-            read = compaction.stream_source_id(spark, checkpoint)
+            read = positions.stream_source_id(spark, checkpoint)
             if read is not None and read != delta.table_id(spark, bronze_uri):
                 echo("silver: bronze was rebuilt since silver last read it: rebuilding silver")
                 full_refresh = True
