@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta, lease
+from lakehouse import catalog, delta, lease, progress
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates, store
@@ -105,7 +105,12 @@ def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
-WRITES = (NAME, store.quarantine_table("bronze").name, store.results_table("bronze").name)
+WRITES = (
+    NAME,
+    store.quarantine_table("bronze").name,
+    store.results_table("bronze").name,
+    progress.progress_table("bronze").name,
+)
 """Every table the bronze stream writes: on S3 it holds their leases while it runs."""
 
 
@@ -157,7 +162,8 @@ def run(
             spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
         )
         interval = settings.bronze.trigger_interval if continuous else None
-        return run_foreach_batch(source, NAME, checkpoint, write, interval)
+        recorded = ("bronze", progress.create(spark, settings.storage, "bronze"))
+        return run_foreach_batch(source, NAME, checkpoint, write, interval, progress_to=recorded)
 
 
 def _empty(spark: SparkSession, path: str) -> bool:

@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 
 from lakehouse.console import echo
 
-LAYERS = ("bronze", "silver", "gold", "quality")
-"""The databases: one per layer, plus the quality results."""
+LAYERS = ("bronze", "silver", "gold", "quality", "ops")
+"""The databases: one per layer, plus the quality results and the pipeline's progress."""
 
 
 def register(

@@ -10,9 +10,11 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -20,8 +22,9 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
-from lakehouse import compaction, lease
+from lakehouse import compaction, lease, progress
 from lakehouse.console import echo
+from lakehouse.errors import explain, first_line
 from lakehouse.execution import Done, Status
 from lakehouse.graph import Graph, Node, check_name, graph_of
 from lakehouse.incremental import RUNS, Model, ModelRun, declared_models, dependency_order
@@ -110,6 +113,7 @@ TABLES: dict[str, TableSpec] = {
         RUNS,
         *(store.quarantine_table(layer) for layer in ("bronze", "silver", "gold")),
         *(store.results_table(writer) for writer in store.WRITERS),
+        *(progress.progress_table(writer) for writer in progress.WRITERS),
     )
 }
 """Every table of the lake, by name."""
@@ -118,8 +122,10 @@ GOLD_WRITES = (
     RUNS.name,
     store.results_table("gold").name,
     store.quarantine_table("gold").name,
+    progress.progress_table("gold").name,
 )
-"""What every gold model's run also writes: the run log, its results and quarantine."""
+"""What every gold model's run also writes: the run log, its results, quarantine and
+progress."""
 
 
 def graph(settings: Settings) -> Graph:
@@ -237,24 +243,45 @@ class NodeRunner:
         from lakehouse.incremental import run_models
 
         model = next(m for m in MODELS if m.name == node.name)
+        started, clock = datetime.now(UTC), time.monotonic()
         with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
-            (run,) = run_models(
-                self.spark,
-                self.settings.storage,
-                [model],
-                self.full_refresh,
-                int(self.settings.gold.full_refresh_below_mb * 2**20),
-                gate=self._gold_gate,
+            try:
+                (run,) = run_models(
+                    self.spark,
+                    self.settings.storage,
+                    [model],
+                    self.full_refresh,
+                    int(self.settings.gold.full_refresh_below_mb * 2**20),
+                    gate=self._gold_gate,
+                )
+            except Exception as error:
+                failed = progress.node_row(
+                    node.name, "model", started, time.monotonic() - clock, "error",
+                    message=first_line(explain(error)),
+                )  # fmt: skip
+                self._record("gold", failed)
+                raise
+            self.model_runs.append(run)
+            reason = f" ({run.reason})" if run.reason else ""
+            quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
+            status: Status = "warn" if run.quarantined else "success"
+            done = Done(
+                status, rows_written=run.rows_written, message=f"{run.mode}{reason}{quarantined}"
             )
-        self.model_runs.append(run)
-        reason = f" ({run.reason})" if run.reason else ""
-        quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
-        status: Status = "warn" if run.quarantined else "success"
-        return Done(
-            status,
-            rows_written=run.rows_written,
-            message=f"{run.mode}{reason}{quarantined}",
-        )
+            ran = progress.node_row(
+                node.name, "model", started, run.seconds, status,
+                rows_written={model.name: run.rows_written},
+                quarantined_rows=run.quarantined, message=done.message,
+            )  # fmt: skip
+            self._record("gold", ran)
+        return done
+
+    def _record(self, writer: str, row: dict[str, Any]) -> None:
+        """Keep a node's progress row; failing to is a line, not a failed node."""
+        try:
+            progress.record_node(self.spark, self.settings.storage, writer, row)
+        except Exception as error:
+            echo(f"{row['node']}: progress not recorded: {first_line(explain(error))}")
 
     @cached_property
     def _gold_gate(self) -> Any:
@@ -264,12 +291,18 @@ class NodeRunner:
 
     def _check(self, node: Node) -> Done:
         table = node.reads[0]
+        started, clock = datetime.now(UTC), time.monotonic()
         checked = self._checker.check(table, self.since)
         if checked is None:
             return Done("skipped", message=f"{table} is not built yet")
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
         verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
+        row = progress.node_row(
+            node.name, "check", started, time.monotonic() - clock, verdict,
+            input_rows=checked.rows, message=names or None,
+        )  # fmt: skip
+        self._record("check", row)
         return Done(verdict, rows_read=checked.rows, failures=len(failed), message=names)
 
     @cached_property
@@ -278,8 +311,8 @@ class NodeRunner:
 
         # One lease on the check results for the whole walk: taking one per table costs
         # each check a round of S3 calls.
-        results = store.results_table("check").name
-        self._held.enter_context(lease.holding(self.settings, [results], "lakehouse check"))
+        written = [store.results_table("check").name, progress.progress_table("check").name]
+        self._held.enter_context(lease.holding(self.settings, written, "lakehouse check"))
         return Checker(self.spark, self.settings, load_suites(self.settings.quality.suites_dir))
 
     def __enter__(self) -> NodeRunner:

@@ -201,6 +201,30 @@ class CompactSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    enabled: bool
+    """Serve Prometheus metrics from every long-running command (run, build)."""
+    port: int
+    """The port on 127.0.0.1 they are served at."""
+
+
+@dataclass(frozen=True)
+class FreshnessRule:
+    """How old a table's newest data may be before `lakehouse status` warns or errs."""
+
+    table: str
+    column: str
+    """The time its newest data carries: a Kafka timestamp or an event time."""
+    warn_after_seconds: float
+    error_after_seconds: float
+
+
+@dataclass(frozen=True)
+class StatusSettings:
+    freshness: list[FreshnessRule]
+
+
+@dataclass(frozen=True)
 class Settings:
     target: str
     spark: SparkSettings
@@ -214,6 +238,8 @@ class Settings:
     gold: GoldSettings
     compact: CompactSettings
     quality: QualitySettings
+    metrics: MetricsSettings
+    status: StatusSettings
 
 
 def conf_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -14,7 +14,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from lakehouse import catalog
+from lakehouse import catalog, progress
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import Explained, LakehouseError, explain
@@ -36,11 +36,13 @@ def run_foreach_batch(
     write: Callable[[DataFrame, Txn], None],
     trigger_interval: str | None,
     unlimited: DataFrame | None = None,
+    progress_to: tuple[str, str] | None = None,
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
     `unlimited`, the same query without the source's read limits, is what a new
-    checkpoint runs first, to the end of its input: its first batch takes all there is."""
+    checkpoint runs first, to the end of its input: its first batch takes all there is.
+    `progress_to`: (node, progress table URI) that records each batch's progress."""
     query_id: list[str] = []
     started = threading.Event()
     spark = frame.sparkSession
@@ -67,8 +69,12 @@ def run_foreach_batch(
         )
         query = _start_in_its_format(spark, writer, name, checkpoint)
         query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
+        recording = None
+        if progress_to is not None:
+            recording = progress.StreamRecording(spark, *progress_to, query_id[0])
         started.set()
-        return await_query(query, name, checkpoint, spark.conf.get(TRACE_FILE, None), stats)
+        trace = spark.conf.get(TRACE_FILE, None)
+        return await_query(query, name, checkpoint, trace, stats, recording)
 
     # A batch that a killed job left uncommitted is redone as planned, whole. Not
     # Trigger.Once, which ignores read limits too but runs one batch only: the batch
@@ -129,6 +135,16 @@ def checkpoint_format(spark: SparkSession, checkpoint: str) -> str | None:
     return head.removeprefix("v").strip() or None
 
 
+def _close(recording: progress.StreamRecording, query: StreamingQuery) -> None:
+    """Keep the progress of the batches that ran; a failure to is a line, never what the
+    job reports (it may be ending on another failure)."""
+    ran = [p["batchId"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
+    try:
+        recording.close(max(ran, default=-1))
+    except Exception as error:
+        echo(f"{query.name}: progress of its last batches not recorded: {explain(error)}")
+
+
 @dataclass
 class RunStats:
     batches: int = 0
@@ -144,9 +160,11 @@ def await_query(
     checkpoint: str,
     trace_file: str | None = None,
     stats: RunStats | None = None,
+    recording: progress.StreamRecording | None = None,
 ) -> RunStats:
     """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
-    `stats` of an earlier query of the same run are added to.
+    `stats` of an earlier query of the same run are added to; `recording` keeps each
+    batch's progress as it goes, and what is left once the query ended.
 
     A clean stop waits for the running batch to commit, so a restart redoes at most a
     batch that had just begun (within the second this loop polls).
@@ -188,6 +206,8 @@ def await_query(
                         f"({progress.get('processedRowsPerSecond', 0):,.0f}/s), "
                         f"{stats.input_rows:,} this run"
                     )
+            if recording is not None:
+                recording.flush()
         query.awaitTermination()
     except StreamingQueryException as error:
         where = f" (whole trace in {trace_file})" if trace_file else ""
@@ -195,6 +215,8 @@ def await_query(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if recording is not None:
+            _close(recording, query)
     stats.seconds += time.monotonic() - started
     stats.stopped = stop.is_set()
     return stats

@@ -21,7 +21,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from bronze import sensor_records
-from lakehouse import catalog, delta, lease, positions
+from lakehouse import catalog, delta, lease, positions, progress
 from lakehouse.console import echo
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
@@ -61,6 +61,7 @@ WRITES = (
     *(spec.name for spec in TABLES),
     store.quarantine_table("silver").name,
     store.results_table("silver").name,
+    progress.progress_table("silver").name,
 )
 """Every table the silver stream writes: on S3 it holds their leases while it runs."""
 SESSION_KEY = "session_id STRING"
@@ -386,14 +387,21 @@ def run(
 
                 def appends() -> None:
                     transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
+                    rejected = admitted[violations.NAME]
+                    by_reason = {r[0]: r[1] for r in rejected.groupBy("reason").count().collect()}
+                    progress.RECORDER.note(txn, violations=by_reason)
                     for rows, spec in ((changes, row_changes.TABLE),
-                                       (admitted[violations.NAME], violations.TABLE),
+                                       (rejected, violations.TABLE),
                                        (transitions, state_transitions.TABLE)):  # fmt: skip
                         if rebuild:
                             delta.replace(rows, uri[spec.name], txn)
                         # Most batches reject nothing and trace nothing: a commit of no
                         # rows costs as much as a small one (a replay finds them empty again).
-                        elif spec is row_changes.TABLE or not rows.isEmpty():
+                        elif (
+                            spec is row_changes.TABLE
+                            or (spec is violations.TABLE and by_reason)
+                            or (spec is state_transitions.TABLE and not rows.isEmpty())
+                        ):
                             delta.append(rows, uri[spec.name], txn)
 
                 def merges() -> None:
@@ -424,7 +432,8 @@ def run(
         # batch only, so a new checkpoint takes all of bronze in its first batch.
         limited = sessions_from_bronze(settings.silver.max_files_per_trigger)
         whole = sessions_from_bronze(2**31 - 1)
-        return run_foreach_batch(limited, QUERY_NAME, checkpoint, write, interval, whole)
+        recorded = ("silver", progress.create(spark, settings.storage, "silver"))
+        return run_foreach_batch(limited, QUERY_NAME, checkpoint, write, interval, whole, recorded)
 
 
 def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:

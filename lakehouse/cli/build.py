@@ -74,7 +74,7 @@ def run_ls(args: argparse.Namespace) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lakehouse import pipeline
+    from lakehouse import metrics, pipeline
     from lakehouse.execution import tally
     from lakehouse.graph import select
 
@@ -92,6 +92,7 @@ def run_build(args: argparse.Namespace) -> int:
             echo(f"  {line}")
         return 0
     _, spark = spark_for(args, "build")
+    metrics.serve(settings.metrics)
     runner = pipeline.NodeRunner(spark, settings, full_refresh=args.full_refresh)
     results = walk(settings, graph, chosen, runner, args)
     echo(f"build: {tally(results)}")

@@ -1,4 +1,5 @@
-"""`lakehouse run|inspect|compact`: the layers' jobs, silver's live state, compaction."""
+"""`lakehouse run|status|inspect|compact`: the layers' jobs, how they keep up, silver's live
+state, compaction."""
 
 from __future__ import annotations
 
@@ -58,6 +59,21 @@ def add_commands(commands: Any) -> None:
     )
     run.set_defaults(handler=run_layer, command="run")
 
+    status = commands.add_parser(
+        "status",
+        help="is the pipeline keeping up, is its data fresh? (exit 0 ok, 1 warn, 2 error)",
+        description="Read from storage and the broker, so it answers whether the streams run "
+        "or not: each stream's last batch (when, rows, rates, duration, state size) from "
+        "ops.progress; Kafka lag per topic and partition (the broker's end offsets minus "
+        "the offsets in bronze's checkpoint); how far silver is behind bronze and each gold "
+        "model behind its inputs, in versions and rows; and each table's freshness, its "
+        "newest Kafka timestamp or event time against the rules of status.freshness in conf. "
+        "Exits 0 when everything is fresh, 1 on a warning, 2 on an error (a stale or missing "
+        "table, an unreachable broker), for cron and alerting.",
+    )
+    status.add_argument("--json", action="store_true", help="print one JSON document instead")
+    status.set_defaults(handler=run_status)
+
     inspect = commands.add_parser(
         "inspect",
         help="show the live session state in silver's checkpoint",
@@ -93,7 +109,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_layer(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
+    from lakehouse import metrics, pipeline
     from lakehouse.cli.build import walk
     from lakehouse.graph import select
 
@@ -104,6 +120,7 @@ def run_layer(args: argparse.Namespace) -> None:
     if args.layer == "bronze" and args.trace is not None:
         raise LakehouseError("--trace applies to `run silver` only")
     settings, spark = spark_for(args, args.layer)
+    metrics.serve(settings.metrics)
     graph = pipeline.graph(settings)
     if args.layer == "gold":
         only_models = [f"{s},layer:gold,type:model" for s in args.select]
@@ -124,6 +141,22 @@ def run_layer(args: argparse.Namespace) -> None:
         )
     if failed := next((r.error for r in results if r.error is not None), None):
         raise failed  # the job's own one line, as a job that failed says it
+
+
+def run_status(args: argparse.Namespace) -> int:
+    import json
+
+    from lakehouse import pipeline
+    from lakehouse.status import lines, status
+
+    settings, spark = spark_for(args, "status")
+    found = status(spark, settings, pipeline.STREAMS["bronze"].checkpoint, pipeline.READERS)
+    if args.json:
+        echo(json.dumps(found.as_json(), indent=2))
+    else:
+        for line in lines(found):
+            echo(line)
+    return found.exit_code
 
 
 def run_inspect(args: argparse.Namespace) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta
+from lakehouse import catalog, delta, progress
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality.conditions import (
@@ -259,6 +259,13 @@ class BatchGate:
             )
         delta.append(found, self.storage.table_uri(results_table(self.layer).name), self.txn)
         self._divert(spark, rebuild)
+        offered = {
+            table: max(o.element_count for o in outcomes if o.element_count is not None)
+            for table, outcomes in self.outcomes.items()
+            if any(o.element_count is not None for o in outcomes)
+        }
+        diverted = sum(o.quarantined or 0 for os in self.outcomes.values() for o in os)
+        progress.RECORDER.note(self.txn, rows_written=offered, quarantined_rows=diverted)
 
     def _divert(self, spark: SparkSession, rebuild: bool) -> None:
         """Append the quarantined rows; a rebuild replaces those of before with them."""

@@ -1,0 +1,312 @@
+"""What the pipeline did, kept: one row per stream micro-batch, gold model run and check.
+
+Every streaming query's progress is caught by a `StreamingQueryListener`, whatever command
+runs the stream, and appended to its writer's progress table by the job's own loop (a
+listener must not run Spark jobs on the listener bus, which it would hold up). What Spark's
+progress does not know, the job notes while it writes the batch: rows offered to each
+table, rows quarantined, violations by reason. Gold runs and checks append theirs as each
+node ends. The view `ops.progress` unites the writers' tables; `lakehouse status`, the
+report's plots and a SQL query all read it, and the same rows feed the Prometheus metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+from lakehouse import catalog, delta, metrics
+from lakehouse.delta import Txn
+from lakehouse.settings import StorageSettings
+from lakehouse.tables import TableSpec
+
+PROGRESS_COLUMNS = """
+    run_id STRING NOT NULL COMMENT 'the Spark application (one command) that did it',
+    node STRING NOT NULL
+        COMMENT 'what ran: bronze, silver, a gold model (gold.sensor_hourly) or a check',
+    kind STRING NOT NULL COMMENT 'stream (one micro-batch), model (one run) or check',
+    batch_id BIGINT COMMENT 'micro-batch of the stream; null for models and checks',
+    started_at TIMESTAMP NOT NULL COMMENT 'when the batch (its trigger) or the node began (UTC)',
+    duration_ms BIGINT COMMENT 'how long it took: the whole trigger of a batch, the whole node',
+    status STRING NOT NULL COMMENT 'success, warn or error',
+    input_rows BIGINT COMMENT 'rows read: by the batch, by a model from its inputs, by a check',
+    input_rows_per_second DOUBLE COMMENT 'rate at which rows arrived since the last batch',
+    processed_rows_per_second DOUBLE COMMENT 'rate at which the batch processed its rows',
+    durations_ms MAP<STRING, BIGINT>
+        COMMENT 'milliseconds per phase of the batch: addBatch, queryPlanning, walCommit ...',
+    kafka_offsets_behind MAP<STRING, BIGINT>
+        COMMENT 'topic/partition -> offsets from the end of the batch to the latest in Kafka',
+    state_rows BIGINT COMMENT 'rows held in the state of the stream after the batch',
+    state_memory_bytes BIGINT COMMENT 'memory the state stores used after the batch',
+    rows_written MAP<STRING, BIGINT>
+        COMMENT 'table -> rows the batch or run offered it, before its gate quarantined any',
+    quarantined_rows BIGINT COMMENT 'rows its quality gate added to the layer quarantine',
+    violations MAP<STRING, BIGINT> COMMENT 'reason -> protocol violations found (silver)',
+    watermark TIMESTAMP COMMENT 'event-time watermark of the stream after the batch (UTC)',
+    message STRING COMMENT 'what a model run or check reports, or why it failed',
+    recorded_at TIMESTAMP NOT NULL COMMENT 'when the row was written (UTC)'
+"""
+WRITERS = ("bronze", "silver", "gold", "check")
+"""Who records progress: the two streams, gold's model runs, the checks."""
+VIEW = "ops.progress"
+"""Every writer's progress as one view in the catalog, for SQL."""
+
+
+def progress_table(writer: str) -> TableSpec:
+    """`ops.<writer>_progress`: one table per writing application, as with every table
+    of the lake (on S3, Delta's log is safe for one writer only)."""
+    return TableSpec(
+        name=f"ops.{writer}_progress",
+        grain="one row per stream micro-batch, gold model run or check",
+        columns=PROGRESS_COLUMNS,
+        writer={"gold": "lakehouse run gold", "check": "lakehouse check"}.get(
+            writer, f"the {writer} stream"
+        ),
+    )
+
+
+def read_progress(spark: SparkSession, storage: StorageSettings) -> DataFrame | None:
+    """Every writer's progress as one frame; None before anything recorded any."""
+    found = [
+        spark.read.format("delta").load(uri)
+        for uri in (storage.table_uri(progress_table(w).name) for w in WRITERS)
+        if catalog.is_delta(spark, uri)
+    ]
+    return reduce(DataFrame.unionByName, found) if found else None
+
+
+def create(spark: SparkSession, storage: StorageSettings, writer: str) -> str:
+    """The writer's progress table (made if new) and the view over every writer's; its URI."""
+    spec = progress_table(writer)
+    uri = storage.table_uri(spec.name)
+    if (uri, spark) in _created:
+        return uri
+    delta.create(spark, spec, uri)
+    # This lake's tables only: the catalog may name another lake's, on storage now gone.
+    tables = [
+        t.name
+        for t in (progress_table(w) for w in WRITERS)
+        if catalog.names(spark, t.name, storage.table_uri(t.name))
+    ]
+    union = " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
+    spark.sql(f"CREATE OR REPLACE VIEW {VIEW} AS {union}")
+    _created.add((uri, spark))
+    return uri
+
+
+_created: set[tuple[str, SparkSession]] = set()
+"""Tables this process made (or found) already: a gold run records a row per model."""
+
+
+def append(spark: SparkSession, uri: str, rows: list[dict[str, Any]]) -> None:
+    """Append progress rows (dicts by column) to the table at `uri`."""
+    if not rows:
+        return
+    known = {"run_id": spark.sparkContext.applicationId, "recorded_at": datetime.now(UTC)}
+    names = progress_table("bronze").column_names
+    values = [tuple(known[c] if c in known else row.get(c) for c in names) for row in rows]
+    delta.append(spark.createDataFrame(values, PROGRESS_COLUMNS), uri)
+
+
+def batch_row(progress: Mapping[str, Any], node: str, notes: Mapping[str, Any]) -> dict[str, Any]:
+    """A progress table row from one of Spark's `StreamingQueryProgress` (as parsed JSON)
+    and what the job noted while writing that batch."""
+    behind = {}
+    for source in progress.get("sources", []):
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        # A Kafka source's offsets: {topic: {partition: offset}}; a Delta source has none
+        # by partition, and silver's lag on bronze is `lakehouse status`'s to compute.
+        for topic, partitions in latest.items():
+            if isinstance(partitions, dict) and isinstance(end.get(topic), dict):
+                for partition, offset in partitions.items():
+                    behind[f"{topic}/{partition}"] = int(offset) - int(
+                        end[topic].get(partition, offset)
+                    )
+    state = progress.get("stateOperators", [])
+    watermark = progress.get("eventTime", {}).get("watermark")
+    durations = {k: int(v) for k, v in progress.get("durationMs", {}).items()}
+    return {
+        "node": node,
+        "kind": "stream",
+        "batch_id": int(progress["batchId"]),
+        "started_at": _instant(progress["timestamp"]),
+        "duration_ms": durations.get("triggerExecution"),
+        "status": "success",
+        "input_rows": int(progress.get("numInputRows", 0)),
+        "input_rows_per_second": _rate(progress.get("inputRowsPerSecond")),
+        "processed_rows_per_second": _rate(progress.get("processedRowsPerSecond")),
+        "durations_ms": durations,
+        "kafka_offsets_behind": behind or None,
+        "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state) if state else None,
+        "state_memory_bytes": sum(int(s.get("memoryUsedBytes", 0)) for s in state)
+        if state
+        else None,
+        "rows_written": dict(notes.get("rows_written", {})) or None,
+        "quarantined_rows": notes.get("quarantined_rows", 0),
+        "violations": dict(notes.get("violations", {})) or None,
+        "watermark": _instant(watermark) if watermark else None,
+    }
+
+
+def _offsets(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _rate(value: Any) -> float | None:
+    # Spark leaves out (or writes as NaN) a rate it cannot know, e.g. a run's first batch.
+    rate = None if value is None else float(value)
+    return rate if rate is not None and math.isfinite(rate) else None
+
+
+class Recorder(StreamingQueryListener):
+    """The listener, and what it holds until the job's loop appends it: the progress of
+    each executed batch, by query id, joined with the job's notes on that batch."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._notes: dict[tuple[str, int], dict[str, Any]] = defaultdict(dict)
+        self._pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._nodes: dict[str, str] = {}
+        self._seen: dict[str, int] = {}
+
+    def follow(self, query_id: str, node: str) -> None:
+        """Record the batches of the query `query_id` as those of `node`."""
+        with self._lock:
+            self._nodes[query_id] = node
+
+    def note(self, txn: Txn, **counts: Any) -> None:
+        """Add what a batch's writer knows about it: `rows_written={table: n}`,
+        `quarantined_rows=n`, `violations={reason: n}`; dicts and numbers add up."""
+        with self._lock:
+            noted = self._notes[(txn.app_id, txn.version)]
+            for key, value in counts.items():
+                if isinstance(value, Mapping):
+                    into = noted.setdefault(key, {})
+                    for k, v in value.items():
+                        into[k] = into.get(k, 0) + v
+                else:
+                    noted[key] = noted.get(key, 0) + value
+
+    def take(self, query_id: str) -> list[dict[str, Any]]:
+        """The rows of `query_id` recorded since the last take."""
+        with self._lock:
+            return self._pending.pop(query_id, [])
+
+    def wait_for(self, query_id: str, batch_id: int, timeout_s: float = 10) -> None:
+        """Wait until the progress of `batch_id` has reached the listener: the listener bus
+        delivers it after the query may have ended."""
+        deadline = time.monotonic() + timeout_s
+        while self._seen.get(query_id, -1) < batch_id and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = json.loads(event.progress.json)
+        query_id, batch_id = str(progress["id"]), int(progress["batchId"])
+        # An idle trigger reports progress too, without having run a batch: no addBatch.
+        if "addBatch" not in progress.get("durationMs", {}):
+            return
+        with self._lock:
+            node = self._nodes.get(query_id)
+            notes = self._notes.pop((query_id, batch_id), {})
+            self._seen[query_id] = max(batch_id, self._seen.get(query_id, -1))
+            if node is not None:
+                row = batch_row(progress, node, notes)
+                self._pending[query_id].append(row)
+                metrics.observe(row)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+RECORDER = Recorder()
+"""The process's one recorder: streams note their batches in it wherever they run."""
+
+
+def listen(spark: SparkSession) -> Recorder:
+    """The recorder, listening to this session's streams (registered once)."""
+    if not getattr(spark, "_lakehouse_listening", False):
+        spark.streams.addListener(RECORDER)
+        spark._lakehouse_listening = True  # type: ignore[attr-defined]
+    return RECORDER
+
+
+FLUSH_EVERY_S = 10.0
+"""How often a running stream appends the progress it holds: one commit per interval,
+not one per batch, beside batches that may take less."""
+
+
+class StreamRecording:
+    """The recording of one running query's batches into its writer's progress table."""
+
+    def __init__(self, spark: SparkSession, node: str, uri: str, query_id: str) -> None:
+        self.spark, self.uri, self.query_id = spark, uri, query_id
+        listen(spark).follow(query_id, node)
+        self._flushed = time.monotonic()
+
+    def flush(self, force: bool = False) -> None:
+        """Append what the listener holds, at most every FLUSH_EVERY_S unless `force`."""
+        if force or time.monotonic() - self._flushed >= FLUSH_EVERY_S:
+            append(self.spark, self.uri, RECORDER.take(self.query_id))
+            self._flushed = time.monotonic()
+
+    def close(self, last_batch: int) -> None:
+        """Append everything up to `last_batch`, the query's last executed batch."""
+        RECORDER.wait_for(self.query_id, last_batch)
+        self.flush(force=True)
+
+
+def record_node(
+    spark: SparkSession, storage: StorageSettings, writer: str, row: dict[str, Any]
+) -> None:
+    """Append a model's or check's row to the writer's progress table; count it."""
+    append(spark, create(spark, storage, writer), [row])
+    metrics.observe(row)
+
+
+def node_row(
+    node: str,
+    kind: str,
+    started_at: datetime,
+    seconds: float,
+    status: str,
+    input_rows: int | None = None,
+    rows_written: Mapping[str, int] | None = None,
+    quarantined_rows: int | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """A progress table row for a gold model's run or a check."""
+    return {
+        "node": node,
+        "kind": kind,
+        "started_at": started_at,
+        "duration_ms": int(seconds * 1000),
+        "status": status,
+        "input_rows": input_rows,
+        "rows_written": dict(rows_written) if rows_written else None,
+        "quarantined_rows": quarantined_rows,
+        "message": message,
+    }

@@ -1,0 +1,195 @@
+"""Operating the pipeline through the CLI with a real broker, Spark and Delta: `lakehouse
+status` (Kafka lag while bronze is stopped, freshness and its exit codes), the progress
+every batch leaves in `ops.progress`, and the Prometheus metrics a continuous run serves."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections import Counter
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.settings import Settings
+from tests.support import foreign_lines, lakehouse_command, overrides, run_lakehouse, settings_for
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "ops.sensors."
+
+
+def traffic(seed: int, first_sensor: int = 1) -> TrafficSpec:
+    return TrafficSpec(
+        seed=seed,
+        sensors=2,
+        first_sensor=first_sensor,
+        sessions_per_sensor=1,
+        rows_per_snapshot=10,
+        updates_per_session=40,
+        partitions=2,
+        topic_prefix=PREFIX,
+    )
+
+
+def by_partition(spec: TrafficSpec) -> Counter[str]:
+    """Records the spec sends to each topic/partition."""
+    return Counter(f"{r.topic}/{r.partition}" for r in generate_traffic(spec))
+
+
+def freshness_rule(warn: float, error: float) -> str:
+    """`status.freshness` as an environment value: bronze by its Kafka timestamps only."""
+    return json.dumps(
+        [
+            {
+                "table": "bronze.sensor_records",
+                "column": "kafka_timestamp",
+                "warn_after_seconds": warn,
+                "error_after_seconds": error,
+            }
+        ]
+    )
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """A CLI run whose console must hold the project's lines only."""
+    result = run_lakehouse(*args, env=env, timeout=timeout)
+    assert not foreign_lines(result.stdout + result.stderr), (args, result.stdout, result.stderr)
+    return result
+
+
+def status(env: dict[str, str], warn: float, error: float) -> tuple[int, dict[str, Any]]:
+    rules = {"LAKEHOUSE__STATUS__FRESHNESS": freshness_rule(warn, error)}
+    result = cli("status", "--json", env={**env, **rules}, timeout=180)
+    assert result.returncode in (0, 1, 2), result.stderr[-3000:]
+    document = result.stdout[result.stdout.index("{") : result.stdout.rindex("}") + 1]
+    return result.returncode, json.loads(document)
+
+
+@pytest.fixture(scope="module")
+def lake(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, str], Settings]:
+    root = tmp_path_factory.mktemp("ops")
+    env = overrides(root, kafka_bootstrap, PREFIX, bronze__trigger_interval="1 second")
+    return env, settings_for(root, kafka_bootstrap, PREFIX)
+
+
+def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness_exit_codes(
+    lake: tuple[dict[str, str], Settings], kafka_bootstrap: str, spark: SparkSession
+) -> None:
+    env, settings = lake
+    first, second = traffic(seed=41), traffic(seed=42, first_sensor=2)
+    produce(first, kafka_bootstrap)
+    ingested = cli("run", "bronze", env=env)
+    assert ingested.returncode == 0, ingested.stderr[-3000:]
+
+    # bronze is stopped; traffic goes on, to a topic it read and to one it never saw
+    produce(second, kafka_bootstrap)
+    code, found = status(env, warn=3600, error=7200)
+    lag = {f"{p['topic']}/{p['partition']}": p["lag"] for p in found["kafka"]}
+    expected = by_partition(second)
+    assert {k: v for k, v in lag.items() if v} == dict(expected)
+    assert sum(lag.values()) == sum(1 for _ in generate_traffic(second))
+    assert code == 0 and found["level"] == "ok"
+    (bronze,) = found["streams"]
+    assert bronze["node"] == "bronze" and bronze["input_rows"] > 0
+
+    caught_up = cli("run", "bronze", env=env)
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    code, found = status(env, warn=0, error=7200)  # any age is past warn_after now
+    assert [p["lag"] for p in found["kafka"]] == [0] * len(found["kafka"])
+    assert code == 1 and found["freshness"][0]["level"] == "warn"
+    code, found = status(env, warn=0, error=0)
+    assert code == 2 and found["freshness"][0]["level"] == "error"
+
+    # what status read is what the batches recorded: every record, once, in ops.progress
+    recorded = spark.read.format("delta").load(settings.storage.table_uri("ops.bronze_progress"))
+    total = recorded.agg(F.sum("input_rows")).collect()[0][0]
+    everything = by_partition(first) + by_partition(second)
+    assert total == sum(everything.values())
+    assert recorded.select("run_id").distinct().count() == 2  # two runs of bronze
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The metrics endpoint's samples: `name{labels}` -> value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_continuous_run_serves_metrics_that_match_its_progress_table(
+    lake: tuple[dict[str, str], Settings], kafka_bootstrap: str, spark: SparkSession
+) -> None:
+    env, settings = lake
+    port = free_port()
+    served = {**env, "LAKEHOUSE__METRICS__ENABLED": "true", "LAKEHOUSE__METRICS__PORT": str(port)}
+    job = subprocess.Popen(
+        lakehouse_command("run", "bronze", "--continuous"),
+        env={**os.environ, **served},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        more = traffic(seed=43)
+        produce(more, kafka_bootstrap)
+        sent = sum(1 for _ in generate_traffic(more))
+        rows, deadline = 'lakehouse_input_rows_total{node="bronze"}', time.monotonic() + 180
+        samples: dict[str, float] = {}
+        while samples.get(rows) != sent:
+            assert time.monotonic() < deadline and job.poll() is None, samples
+            time.sleep(1)
+            try:
+                samples = scrape(port)
+            except OSError:
+                continue
+        # the progress table catches up with what was scraped (it is appended every 10 s)
+        table = spark.read.format("delta").load(settings.storage.table_uri("ops.bronze_progress"))
+        while True:
+            run_id = table.orderBy(F.desc("recorded_at")).first()["run_id"]
+            this_run = table.where(F.col("run_id") == run_id).orderBy("batch_id").collect()
+            if sum(r.input_rows for r in this_run) == sent:
+                break
+            assert time.monotonic() < deadline, this_run
+            time.sleep(2)
+        assert samples['lakehouse_batches_total{node="bronze"}'] == len(this_run)
+        assert samples['lakehouse_last_batch_id{node="bronze"}'] == this_run[-1].batch_id
+        last = this_run[-1]
+        assert samples['lakehouse_batch_duration_seconds{node="bronze"}'] == pytest.approx(
+            last.duration_ms / 1000
+        )
+        for where, behind in last.kafka_offsets_behind.items():
+            topic, partition = where.rsplit("/", 1)
+            key = f'lakehouse_kafka_offsets_behind{{topic="{topic}",partition="{partition}"}}'
+            assert samples[key] == behind == 0
+        written = 'lakehouse_rows_written_total{node="bronze",table="bronze.sensor_records"}'
+        assert samples[written] == sent
+    finally:
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=120)
+    assert job.returncode == 0, output[-3000:]
+    assert not foreign_lines(output), output
+    assert re.search(r"metrics for Prometheus: http://127\.0\.0\.1:\d+/metrics", output)

@@ -1,0 +1,127 @@
+"""The pure parts of seeing the pipeline run: a progress row from Spark's progress, the
+metrics it feeds, Kafka lag, commit metrics and freshness levels."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from lakehouse import metrics
+from lakehouse.delta import Txn
+from lakehouse.progress import Recorder, batch_row
+from lakehouse.settings import FreshnessRule
+from lakehouse.status import Status, changed_rows, kafka_lag, level_of
+
+# As Spark's StreamingQueryProgress.json has it for a Kafka source with a state operator.
+PROGRESS = {
+    "id": "q-1",
+    "runId": "r-1",
+    "name": "bronze.sensor_records",
+    "timestamp": "2026-11-26T03:00:00.000Z",
+    "batchId": 7,
+    "numInputRows": 120,
+    "inputRowsPerSecond": 40.0,
+    "processedRowsPerSecond": "NaN",
+    "durationMs": {"addBatch": 900, "latestOffset": 20, "triggerExecution": 1500},
+    "eventTime": {"watermark": "2026-11-26T02:55:00.000Z"},
+    "stateOperators": [
+        {"numRowsTotal": 10, "memoryUsedBytes": 1000},
+        {"numRowsTotal": 5, "memoryUsedBytes": 24},
+    ],
+    "sources": [
+        {
+            "description": "KafkaV2[SubscribePattern[sensors.*]]",
+            "startOffset": {"sensors.a": {"0": 0, "1": 0}},
+            "endOffset": {"sensors.a": {"0": 60, "1": 60}},
+            "latestOffset": {"sensors.a": {"0": 75, "1": 60}},
+            "numInputRows": 120,
+        }
+    ],
+}
+
+
+def test_a_progress_row_carries_spark_figures_and_the_notes_of_its_batch() -> None:
+    notes = {"rows_written": {"bronze.sensor_records": 118}, "quarantined_rows": 2}
+    row = batch_row(PROGRESS, "bronze", notes)
+    assert row["batch_id"] == 7 and row["input_rows"] == 120
+    assert row["started_at"] == datetime(2026, 11, 26, 3, tzinfo=UTC)
+    assert row["duration_ms"] == 1500 and row["durations_ms"]["addBatch"] == 900
+    assert row["processed_rows_per_second"] is None  # NaN: unknown, not a number
+    assert row["kafka_offsets_behind"] == {"sensors.a/0": 15, "sensors.a/1": 0}
+    assert (row["state_rows"], row["state_memory_bytes"]) == (15, 1024)
+    assert row["watermark"] == datetime(2026, 11, 26, 2, 55, tzinfo=UTC)
+    assert row["rows_written"] == {"bronze.sensor_records": 118}
+    assert row["quarantined_rows"] == 2 and row["violations"] is None
+
+
+def test_offsets_given_as_json_text_are_read_too_and_a_delta_source_has_no_kafka_lag() -> None:
+    kafka = {**PROGRESS["sources"][0]}  # type: ignore[dict-item]
+    kafka["endOffset"] = '{"sensors.a": {"0": 70}}'
+    kafka["latestOffset"] = '{"sensors.a": {"0": 75}}'
+    delta = {"endOffset": {"reservoirVersion": 3, "index": -1}, "latestOffset": None}
+    row = batch_row({**PROGRESS, "sources": [kafka, delta]}, "bronze", {})
+    assert row["kafka_offsets_behind"] == {"sensors.a/0": 5}
+
+
+class _Event:
+    def __init__(self, progress: dict[str, object]) -> None:
+        import json
+
+        self.progress = type("P", (), {"json": json.dumps(progress)})()
+
+
+def test_the_recorder_keeps_executed_batches_of_followed_queries_with_their_notes() -> None:
+    recorder = Recorder()
+    recorder.follow("q-1", "bronze")
+    recorder.note(Txn("q-1", 7), rows_written={"t": 3}, quarantined_rows=1)
+    recorder.note(Txn("q-1", 7), rows_written={"t": 2}, violations={"gap": 1})
+    recorder.onQueryProgress(_Event(PROGRESS))
+    idle = {**PROGRESS, "batchId": 8, "durationMs": {"triggerExecution": 3}}
+    recorder.onQueryProgress(_Event(idle))  # an idle trigger ran no batch
+    recorder.onQueryProgress(_Event({**PROGRESS, "id": "other"}))  # not followed
+    (row,) = recorder.take("q-1")
+    assert row["rows_written"] == {"t": 5} and row["quarantined_rows"] == 1
+    assert row["violations"] == {"gap": 1}
+    assert recorder.take("q-1") == [] and recorder.take("other") == []
+
+
+def test_metrics_count_what_the_rows_say() -> None:
+    row = batch_row({**PROGRESS, "id": "q-m"}, "metrics-test", {"rows_written": {"t": 4}})
+    before = metrics.INPUT_ROWS.labels("metrics-test")._value.get()
+    metrics.observe(row)
+    metrics.observe({**row, "batch_id": 8})
+    assert metrics.INPUT_ROWS.labels("metrics-test")._value.get() == before + 240
+    assert metrics.LAST_BATCH.labels("metrics-test")._value.get() == 8
+    assert metrics.KAFKA_BEHIND.labels("sensors.a", "0")._value.get() == 15
+    assert metrics.ROWS_WRITTEN.labels("metrics-test", "t")._value.get() == 8
+
+
+def test_kafka_lag_counts_from_where_bronze_stands_or_from_the_earliest_offset() -> None:
+    ends = {("s.a", 0): (0, 100), ("s.a", 1): (0, 40), ("s.b", 0): (30, 50)}
+    lags = kafka_lag(ends, {("s.a", 0): 90, ("s.a", 1): 40})
+    assert [(p.topic, p.partition, p.lag, p.read_to) for p in lags] == [
+        ("s.a", 0, 10, 90),
+        ("s.a", 1, 0, 40),
+        ("s.b", 0, 20, None),  # never read: retention already took 0..29
+    ]
+
+
+def test_changed_rows_reads_each_operation_and_counts_nothing_for_compaction() -> None:
+    assert changed_rows("STREAMING UPDATE", {"numOutputRows": "12"}) == 12
+    assert changed_rows("WRITE", {"numOutputRows": "5"}) == 5
+    merged = {"numTargetRowsInserted": "2", "numTargetRowsUpdated": "3", "numOutputRows": "9"}
+    assert changed_rows("MERGE", merged) == 5
+    assert changed_rows("OPTIMIZE", {"numOutputRows": "100"}) == 0
+    assert changed_rows("VACUUM END", {}) == 0
+
+
+def test_freshness_levels_and_the_exit_code_of_the_worst() -> None:
+    rule = FreshnessRule("bronze.sensor_records", "kafka_timestamp", 60, 600)
+    assert [level_of(age, rule) for age in (0, 60, 61, 600, 601)] == [
+        "ok",
+        "ok",
+        "warn",
+        "warn",
+        "error",
+    ]
+    assert Status().exit_code == 0
+    assert Status(kafka_error="Kafka at x unreachable").exit_code == 2
