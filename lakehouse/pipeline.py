@@ -87,6 +87,11 @@ STREAMS = {
 STREAM_TABLES = frozenset(t for s in STREAMS.values() for t in s.writes)
 """Every table a stream writes: while it runs, it holds their leases on S3 and compacts them."""
 
+KAFKA_RECORDS = sensor_records.NAME
+"""The table of every Kafka record with its timestamp."""
+LINEAGE_TABLES = (reconstruct.row_changes.NAME, reconstruct.violations.NAME)
+"""Silver tables whose rows name the Kafka record they come from, by every batch."""
+
 live_sessions = reconstruct.live_state
 """`lakehouse inspect`: one row per session held in the silver stream's state."""
 

@@ -31,9 +31,10 @@ def add_commands(commands: Any) -> None:
     report = commands.add_parser(
         "report",
         help="build the Data Docs site and summarise data quality",
-        description="Render the Great Expectations Data Docs from the latest checks, print "
-        "the path of its index and a summary: each table's latest check, in-stream "
-        "validation totals, the worst failures.",
+        description="Render the Great Expectations Data Docs from the latest checks, with a "
+        "page of the tables and a page of plots of the recorded progress over time; print "
+        "their paths and a summary: each table's latest check, in-stream validation totals, "
+        "the worst failures.",
     )
     report.add_argument(
         "--publish",
@@ -69,16 +70,21 @@ def run_check(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> None:
     from lakehouse import pipeline
     from lakehouse.quality.checks import build_data_docs, latest_checks, summary
+    from lakehouse.quality.plots_page import write_plots_page
     from lakehouse.quality.tables_page import write_tables_page
 
     settings, spark = spark_for(args, "report")
     index = build_data_docs(settings)
     manifest = pipeline.manifest(settings, pipeline.graph(settings))
     tables = write_tables_page(index.parent, manifest, latest_checks(spark, settings))
+    plots = write_plots_page(
+        index.parent, spark, settings, pipeline.KAFKA_RECORDS, pipeline.LINEAGE_TABLES
+    )
     for line in summary(spark, settings):
         echo(line)
     echo(f"Data Docs: {index}")
     echo(f"tables, columns and the pipeline graph: {tables}")
+    echo(f"progress over time (rates, Kafka lag, durations, freshness): {plots}")
     if args.publish:
         from lakehouse.quality.publish import publish_site
         from lakehouse.services import s3

@@ -154,3 +154,23 @@ def _folder(package: str) -> str:
     """`@scope/name@1.2.3` -> `scope-name-1.2.3`: one flat folder per pinned package."""
     name, _, version = package.lstrip("@").rpartition("@")
     return f"{name.replace('/', '-')}-{version}"
+
+
+def link_from_index(site: Path, page: str, label: str) -> None:
+    """Link the project's `page` (relative to `site`) from the top of the Data Docs index,
+    once, after the links added before it."""
+    index = site / "index.html"
+    if not index.is_file():
+        return
+    text = index.read_text()
+    mark = f"data-lakehouse-link='{page}'"
+    if mark in text:
+        return
+    link = (
+        f"<div {mark} style='padding:.5em 1em;font-family:sans-serif'>"
+        f"<a href='{page}'>{label}</a></div>"
+    )
+    # After the body's opening tag and any links already there, so that they keep the
+    # order in which the report wrote the pages.
+    after = re.compile(r"<body[^>]*>(?:<div data-lakehouse-link=[^>]*>.*?</div>)*", re.S)
+    index.write_text(after.sub(lambda m: m[0] + link, text, count=1))

@@ -8,13 +8,13 @@ wherever the Data Docs are opened or published. The Data Docs index links to it.
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lakehouse.quality.data_docs import link_from_index
+
 PAGE = "tables.html"
-_LINK_MARK = "<!-- lakehouse: tables -->"
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y = 210, 30, 60, 14
 _COLOURS = {"stream": "#dbeafe", "model": "#dcfce7", "check": "#fef9c3"}
 
@@ -43,7 +43,7 @@ def write_tables_page(
         ".fail{color:#b91c1c}.pass{color:#15803d}code{background:#f3f4f6}"
         f"</style></head><body><p><a href='index.html'>Data Docs</a></p>{body}</body></html>"
     )
-    _link_from_index(site / "index.html")
+    link_from_index(site, PAGE, "Tables, columns and the pipeline graph")
     return page
 
 
@@ -118,17 +118,3 @@ def _state(result: Mapping[str, Any] | None) -> str:
         return "<span class='pass'>passed</span>"
     count = result.get("unexpected_count")
     return f"<span class='fail'>FAILED</span>{f' ({count:,} unexpected)' if count else ''}"
-
-
-def _link_from_index(index: Path) -> None:
-    """Add a link to the page at the top of the Data Docs index (once)."""
-    if not index.is_file():
-        return
-    text = index.read_text()
-    if _LINK_MARK in text:
-        return
-    link = (
-        f"{_LINK_MARK}<div style='padding:.5em 1em;font-family:sans-serif'>"
-        f"<a href='{PAGE}'>Tables, columns and the pipeline graph</a></div>"
-    )
-    index.write_text(re.sub(r"(<body[^>]*>)", lambda m: m[1] + link, text, count=1))

@@ -4,6 +4,7 @@ one graph of nodes run and checked in order, selection, run_results.json and man
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from pyspark.sql import SparkSession
 from lakehouse import PROJECT_ROOT
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
-from tests.support import overrides, run_lakehouse, settings_for
+from tests.browser import render
+from tests.support import foreign_lines, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -98,10 +100,33 @@ def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
     described = {r.col_name: r.comment for r in spark.sql("DESCRIBE gold.sensor_hourly").collect()}
     assert described["updates"] == next(c["description"] for c in columns if c["name"] == "updates")
     assert (state / "runs").is_dir() and len(list((state / "runs").iterdir())) == 1
+    # every node left its progress: each stream's batches, each model's run, each check
+    recorded = (
+        spark.read.format("delta")
+        .load(settings.storage.table_uri("ops.bronze_progress"))
+        .unionByName(
+            spark.read.format("delta").load(settings.storage.table_uri("ops.silver_progress"))
+        )
+    )
+    for writer in ("gold", "check"):
+        recorded = recorded.unionByName(
+            spark.read.format("delta").load(settings.storage.table_uri(f"ops.{writer}_progress"))
+        )
+    rows = recorded.collect()
+    assert {r.node for r in rows} == set(NODES)
+    assert all(r.status == "success" for r in rows)
+    streamed = {n: sum(r.input_rows for r in rows if r.node == n) for n in ("bronze", "silver")}
+    assert streamed["bronze"] == results["bronze"]["rows_read"]
+    assert streamed["silver"] == results["silver"]["rows_read"]
+    hourly = next(r for r in rows if r.node == "gold.sensor_hourly")
+    assert hourly.rows_written == {
+        "gold.sensor_hourly": results["gold.sensor_hourly"]["rows_written"]
+    }
+    assert not foreign_lines(result.stdout + result.stderr), result.stdout + result.stderr
 
 
-def test_the_report_documents_every_table_and_draws_the_graph(
-    built: tuple[dict[str, str], Settings, Any],
+def test_the_report_documents_every_table_and_plots_progress_over_time(
+    built: tuple[dict[str, str], Settings, Any], tmp_path: Path
 ) -> None:
     env, _, _ = built
     report = run_lakehouse("report", env=env, timeout=300)
@@ -115,6 +140,18 @@ def test_the_report_documents_every_table_and_draws_the_graph(
     assert "sessions_active" in text and "distinct sessions of the sensor" in text
     assert "updates_reconcile_with_silver" in text and "FAILED" not in text
     assert "href='tables.html'" in (page.parent / "index.html").read_text()
+
+    # the plots page, as a browser opens it: every image there, a PNG with something drawn
+    (line,) = [x for x in report.stdout.splitlines() if x.startswith("progress over time")]
+    plots = Path(line.split(": ", 1)[1])
+    dom = render(plots.as_uri(), tmp_path / "plots.png")
+    images = re.findall(r'<img[^>]* src="([^"]+)"', dom)
+    assert len(images) == 6, dom[:3000]
+    for src in images:
+        drawn = (plots.parent / src).read_bytes()
+        assert drawn.startswith(b"\x89PNG\r\n\x1a\n") and len(drawn) > 5000, src
+    assert "href='plots.html'" in (page.parent / "index.html").read_text()
+    assert not foreign_lines(report.stdout + report.stderr), report.stdout + report.stderr
 
 
 def test_ls_and_a_dry_run_print_the_plan_and_run_nothing(
