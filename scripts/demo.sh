@@ -49,6 +49,9 @@ echo "-- gold recomputes only the hours, days and sessions these records touch:"
 $lakehouse ls
 $lakehouse build
 
+step "status: is it keeping up, is the data fresh? (exit 0 ok, 1 warn, 2 error)"
+$lakehouse status || echo "(status exit $?: see the lines marked WARN or ERROR)"
+
 step "compact: bin-pack small files, cluster gold tables, VACUUM (retention checked against readers' lag)"
 $lakehouse compact
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse.cli.context import settings_of
@@ -37,6 +38,13 @@ def add_commands(commands: Any) -> None:
         help="inject N faults of a kind: gap, duplicate, reorder, malformed_json, "
         "missing_field, wrong_type, oversize, null_key (repeatable)",
     )
+    produce.add_argument(
+        "--start",
+        metavar="ISO-8601",
+        help="event time of the first records, UTC (default: the start of the current hour, "
+        "so that the data is as fresh as `lakehouse status` expects; fix it for traffic "
+        "that is the same on every run)",
+    )
     produce.add_argument("--json", action="store_true", help="print the report as JSON")
     produce.set_defaults(handler=run_produce)
 
@@ -52,6 +60,7 @@ def run_produce(args: argparse.Namespace) -> None:
         if not count.isdigit():
             raise LakehouseError(f"--fault {item!r}: expected KIND=N, e.g. gap=3")
         faults[kind] = faults.get(kind, 0) + int(count)
+    start = _start_time(args.start)
     spec = TrafficSpec(
         seed=args.seed,
         sensors=args.sensors,
@@ -63,9 +72,20 @@ def run_produce(args: argparse.Namespace) -> None:
         faults=faults,
         topic_prefix=settings.kafka.topic_prefix,
         partitions=settings.kafka.partitions,
+        start_time=start,
     )
     rate = None if args.rate == "max" else float(args.rate)
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     report = produce(spec, bootstrap, settings.kafka.options, rate, progress=not args.json)
     echo(report.to_json() if args.json else report.to_text())
+
+
+def _start_time(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    try:
+        start = datetime.fromisoformat(text)
+    except ValueError:
+        raise LakehouseError(f"--start {text!r}: expected an ISO 8601 time") from None
+    return start.replace(tzinfo=UTC) if start.tzinfo is None else start.astimezone(UTC)
