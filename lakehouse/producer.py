@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakehouse.console import echo
+from lakehouse.console import Live, echo
 from lakehouse.errors import LakehouseError
 
 FAULTS = (
@@ -325,30 +325,34 @@ def produce(
 
     report = ProduceReport(by_fault=Counter({f: n for f, n in spec.faults.items() if n}))
     started = time.monotonic()
-    for record in generate_traffic(spec):
-        if rate:
-            ahead = report.records / rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(
-                    record.topic,
-                    record.value,
-                    record.key,
-                    record.partition,
-                    on_delivery=delivered,
-                    headers=list(record.headers),
-                )
+    with Live("producing") as live:
+        for record in generate_traffic(spec):
+            if rate:
+                ahead = report.records / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+            while True:
+                try:
+                    producer.produce(
+                        record.topic,
+                        record.value,
+                        record.key,
+                        record.partition,
+                        on_delivery=delivered,
+                        headers=list(record.headers),
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            producer.poll(0)
+            report.add(record)
+            if progress:
+                live.update(f"{report.records:,} records sent")
+                # Off a terminal (a log, a pipe), a line now and then instead.
+                if not live.on and report.records % 100_000 == 0:
+                    echo(f"  … {report.records:,} records sent")
+            if errors:
                 break
-            except BufferError:
-                producer.poll(0.05)
-        producer.poll(0)
-        report.add(record)
-        if progress and report.records % 100_000 == 0:
-            echo(f"  … {report.records:,} records sent")
-        if errors:
-            break
     remaining = producer.flush(60)
     report.seconds = time.monotonic() - started
     if errors or remaining:

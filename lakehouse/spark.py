@@ -6,9 +6,13 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import time
 import zipfile
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkRuntimeError
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT, jars
@@ -20,8 +24,8 @@ PACKAGES = ("lakehouse", "bronze", "silver", "gold")
 """What executors import: shipped to them as one zip on a cluster."""
 CLASS_PATH = "spark.driver.extraClassPath"
 TRACE_FILE = "spark.lakehouse.traceFile"
-"""Where the driver logs the whole trace of a failed query (log4j2.properties), which the
-console reports in one line."""
+"""The application's log (`log_file`): Spark's log4j lines, among them the whole trace of a
+failed query that the console reports in one line (log4j2.properties)."""
 
 
 WORKER_PYTHON = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -40,13 +44,13 @@ def build_spark(
     process. `extra` adds spark.* properties a command needs (the SQL server's port)."""
     spark_settings = settings.spark
     app = app_name or spark_settings.app_name
-    trace_file = settings.storage.local_state_dir / "logs" / f"{app}.log"
+    log = log_file(settings, app)
     conf = {
         "spark.jars": ",".join(str(j) for j in (*jars.jars("spark"), jars.sql_extension())),
         "spark.driver.memory": spark_settings.driver_memory,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
-        f"-D{TRACE_FILE}={trace_file}",
-        TRACE_FILE: str(trace_file),
+        f"-D{TRACE_FILE}={log}",
+        TRACE_FILE: str(log),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
@@ -78,20 +82,54 @@ def build_spark(
     if master == EMBEDDED:
         master, executor_python = embedded_cluster(settings)
         conf["spark.pyspark.python"] = executor_python
-    builder = SparkSession.builder.master(master).appName(app)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
+    conf.update({"spark.master": master, "spark.app.name": app})
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
     python = conf.get("spark.pyspark.python") or WORKER_PYTHON
     os.environ["PYSPARK_PYTHON"] = python
+    start_jvm(conf, log)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_settings.log_level)
     if not master.startswith("local"):
         # Executors get the project as a real cluster's would: shipped by the driver.
         spark.sparkContext.addPyFile(str(project_zip()))
     return spark
+
+
+def log_file(settings: Settings, app: str) -> Path:
+    """Where an application's JVM writes everything it prints: one file per application
+    name, appended to by each run."""
+    return settings.storage.local_state_dir / "logs" / f"{app}.log"
+
+
+def start_jvm(conf: dict[str, str], log: Path) -> None:
+    """Launch this process's Spark driver JVM, as `getOrCreate` would, but with its output
+    in `log`: log4j's lines, what the JVM and libraries print themselves (the incubator
+    module notice, VACUUM's counts) and the stderr of the Python workers it forks. A JVM
+    runs once per process; a second session reuses it, and its log."""
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            # Runs of the same application share the file: each begins with a line that
+            # says when and which process.
+            started = time.strftime("%Y-%m-%d %H:%M:%S")
+            out.write(f"\n==== {started} pid {os.getpid()}: {' '.join(sys.argv)}\n".encode())
+            out.flush()
+            try:
+                gateway = launch_gateway(
+                    SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                    popen_kwargs={"stdout": out, "stderr": out},
+                )
+            except PySparkRuntimeError:
+                raise LakehouseError(f"Spark's JVM did not start; see {log}") from None
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 def embedded_cluster(settings: Settings) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from lakehouse import catalog, progress
-from lakehouse.console import echo
+from lakehouse.console import Live, echo
 from lakehouse.delta import Txn
 from lakehouse.errors import Explained, LakehouseError, explain
 from lakehouse.lease import Held
@@ -180,43 +180,48 @@ def await_query(
     stats = RunStats() if stats is None else stats
     seen_batch, started = -1, time.monotonic()
     finished_before_stop: int | None = None
-    try:
-        while query.isActive:
-            if stop.is_set():
-                # Stop between batches; a stream that is always busy (batches longer than
-                # its trigger) is stopped once the batch running at the request commits:
-                # the next one has just begun and is redone, exactly, on restart.
-                finished = max(
-                    (p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0),
-                    default=-1,
-                )
-                if finished_before_stop is None:
-                    finished_before_stop = finished
-                if not query.status["isTriggerActive"] or finished > finished_before_stop:
-                    query.stop()
-                    break
-            query.awaitTermination(1)
-            for progress in query.recentProgress:
-                if progress["batchId"] > seen_batch and progress["numInputRows"] > 0:
-                    seen_batch = progress["batchId"]
-                    stats.batches += 1
-                    stats.input_rows += progress["numInputRows"]
-                    echo(
-                        f"{label}: batch {seen_batch} wrote {progress['numInputRows']:,} rows "
-                        f"({progress.get('processedRowsPerSecond', 0):,.0f}/s), "
-                        f"{stats.input_rows:,} this run"
+    # A live line on a terminal while batches run (and while one is awaited).
+    with Live(label) as live:
+        try:
+            while query.isActive:
+                if stop.is_set():
+                    # Stop between batches; a stream that is always busy (batches longer than
+                    # its trigger) is stopped once the batch running at the request commits:
+                    # the next one has just begun and is redone, exactly, on restart.
+                    finished = max(
+                        (p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0),
+                        default=-1,
                     )
+                    if finished_before_stop is None:
+                        finished_before_stop = finished
+                    if not query.status["isTriggerActive"] or finished > finished_before_stop:
+                        query.stop()
+                        break
+                query.awaitTermination(1)
+                for done in query.recentProgress:
+                    if done["batchId"] > seen_batch and done["numInputRows"] > 0:
+                        seen_batch = done["batchId"]
+                        stats.batches += 1
+                        stats.input_rows += done["numInputRows"]
+                        echo(
+                            f"{label}: batch {seen_batch} wrote {done['numInputRows']:,} rows "
+                            f"({done.get('processedRowsPerSecond', 0):,.0f}/s), "
+                            f"{stats.input_rows:,} this run"
+                        )
+                live.update(
+                    f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run"
+                )
+                if recording is not None:
+                    recording.flush()
+            query.awaitTermination()
+        except StreamingQueryException as error:
+            where = f" (whole trace in {trace_file})" if trace_file else ""
+            raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}{where}") from None
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             if recording is not None:
-                recording.flush()
-        query.awaitTermination()
-    except StreamingQueryException as error:
-        where = f" (whole trace in {trace_file})" if trace_file else ""
-        raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}{where}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if recording is not None:
-            _close(recording, query)
+                _close(recording, query)
     stats.seconds += time.monotonic() - started
     stats.stopped = stop.is_set()
     return stats

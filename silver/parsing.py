@@ -120,7 +120,11 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     kind, event_time in microseconds, op) and the row (row_id and its values), and for the
     others `key` and `value`, the bytes to parse in Python.
     """
-    bronze.sparkSession.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
+    spark = bronze.sparkSession
+    # Once per session: a new checkpoint's first run parses, then its steady run again, and
+    # a second registration replaces the first with the warning a clash of names would get.
+    if not spark.catalog.functionExists(JSON_KEYS):
+        spark.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
     # In stages, each a projection of its own: Spark would otherwise evaluate the parse and
     # the rules again inside every expression that uses them.
     read = _read(bronze)

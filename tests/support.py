@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,3 +56,47 @@ def run_lakehouse(
         text=True,
         timeout=timeout,
     )
+
+
+def spark_log_of(console: str, pid: int) -> str:
+    """What the CLI run of process `pid` wrote to the Spark log its console names: runs of
+    one application share the file, each from a line naming its pid."""
+    path = Path(console.split("Spark log: ", 1)[1].splitlines()[0])
+    runs = path.read_text().split("\n==== ")
+    return next(run for run in reversed(runs) if f" pid {pid}: " in run.split("\n", 1)[0])
+
+
+FOREIGN = re.compile(
+    "|".join(
+        [
+            # log4j, Kafka, Python logging: a time (after a date, maybe bracketed), a level
+            r"^\[?(?:\d{2,4}[-/]\d{2}[-/]\d{2}[ T])?\d{2}:\d{2}:\d{2}[\d.,]*\]?\s+(?:\[[^]]*\]\s+)?"
+            r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\b",
+            r"^(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL)\s+[\w.$]+:\s",  # log4j without a time
+            r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:",  # Python logging's last resort
+            r"^WARNING:|^Warning:",  # the JVM, spark-submit
+            r":\d+: \w*Warning: ",  # Python's warnings module
+            r"org\.apache\.|SLF4J|log4j|StatusLogger",
+            r"Using incubator modules|Setting default log level|To adjust logging level",
+            r"^\s*at [\w$.<>/]+\(.*\)$|^Caused by: |^\s*\.\.\. \d+ more$",  # JVM stacks
+            r"^(?:java|javax|scala|com|org|io)\.[\w.$]+(?:Exception|Error)\b",
+            r"^Traceback \(most recent call last\):",
+            r"Apache Derby|^\w{3} \w{3} [ \d]\d \d{2}:\d{2}:\d{2} \w+ \d{4} : ",  # Derby
+            r"^(?:Starting )?Streaming TransformWithState\w* Python worker",  # PySpark workers
+            r"^Deleted \d+ files and directories in a total of",  # Delta's VACUUM
+            r"\d+%\|",  # tqdm progress bars (Great Expectations)
+        ]
+    )
+)
+"""A line of Spark, Hive, Derby, Kafka, log4j, the JVM or Python's warnings and logging."""
+
+
+def foreign_lines(output: str) -> list[str]:
+    """The lines of a command's console output that are not the project's own: what the
+    JVM, its libraries and Python's warnings print. `lakehouse: ...` error lines are the
+    project's even when they name a Java class."""
+    return [
+        line
+        for line in output.splitlines()
+        if not line.startswith("lakehouse: ") and FOREIGN.search(line)
+    ]

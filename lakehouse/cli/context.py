@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from lakehouse.console import divert, echo
 from lakehouse.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -18,11 +19,16 @@ def settings_of(args: argparse.Namespace) -> Settings:
 def spark_for(
     args: argparse.Namespace, app: str, extra: dict[str, str] | None = None
 ) -> tuple[Settings, SparkSession]:
-    """The target's settings and a Spark application named `lakehouse-<app>`."""
-    from lakehouse.spark import build_spark
+    """The target's settings and a Spark application named `lakehouse-<app>`, whose log
+    (Spark's, the JVM's, Python's warnings) is named once on the console."""
+    from lakehouse.spark import build_spark, log_file
 
     settings = settings_of(args)
-    return settings, build_spark(settings, app_name=f"lakehouse-{app}", extra=extra)
+    name = f"lakehouse-{app}"
+    log = log_file(settings, name)
+    echo(f"Spark log: {log}", err=True)
+    divert(log)
+    return settings, build_spark(settings, app_name=name, extra=extra)
 
 
 def pairs(counts: dict[str, int]) -> str:

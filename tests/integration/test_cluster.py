@@ -36,7 +36,13 @@ from tests.integration.test_s3_lake import (
 from tests.integration.test_silver import assert_matches, silver_tables, small_spec
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
-from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import (
+    lakehouse_command,
+    overrides,
+    run_lakehouse,
+    settings_for,
+    spark_log_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -164,6 +170,7 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
     # As docs/operations.md says: the executor is replaced and the job goes on, no rerun.
     errors = log.read_text()
     assert job.returncode == 0, errors[-3000:]
-    assert "Lost executor 0" in errors, errors[-3000:]  # the kill did take its executor
+    spark_log = spark_log_of(errors, job.pid)
+    assert "Lost executor 0" in spark_log, spark_log[-3000:]  # the kill did take its executor
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
