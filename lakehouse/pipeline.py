@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
-from lakehouse import compaction, lease, progress
+from lakehouse import compaction, lease, metrics, progress
 from lakehouse.console import echo
 from lakehouse.errors import explain, first_line
 from lakehouse.execution import Done, Status
@@ -127,10 +127,8 @@ GOLD_WRITES = (
     RUNS.name,
     store.results_table("gold").name,
     store.quarantine_table("gold").name,
-    progress.progress_table("gold").name,
 )
-"""What every gold model's run also writes: the run log, its results, quarantine and
-progress."""
+"""What every gold model's run also writes: the run log, its results and quarantine."""
 
 
 def graph(settings: Settings) -> Graph:
@@ -226,6 +224,8 @@ class NodeRunner:
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
     _held: ExitStack = field(default_factory=ExitStack)
+    _progress: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Progress rows of the nodes run, by writer, until the walk ends."""
 
     def __call__(self, node: Node) -> Done:
         if node.kind == "stream":
@@ -282,11 +282,10 @@ class NodeRunner:
         return done
 
     def _record(self, writer: str, row: dict[str, Any]) -> None:
-        """Keep a node's progress row; failing to is a line, not a failed node."""
-        try:
-            progress.record_node(self.spark, self.settings.storage, writer, row)
-        except Exception as error:
-            echo(f"{row['node']}: progress not recorded: {first_line(explain(error))}")
+        """Count a node's progress row now; keep it for the walk's end (`__exit__`), which
+        appends each writer's rows in one commit rather than one per node."""
+        metrics.observe(row)
+        self._progress.setdefault(writer, []).append(row)
 
     @cached_property
     def _gold_gate(self) -> Any:
@@ -324,8 +323,20 @@ class NodeRunner:
         return self
 
     def __exit__(self, *_: object) -> None:
-        """Release what the walk held (the check results' lease)."""
-        self._held.close()
+        """Append the nodes' progress rows, then release what the walk held (the check
+        results' lease, which covers the checks' progress table too)."""
+        try:
+            for writer, rows in self._progress.items():
+                table = progress.progress_table(writer).name
+                held = [] if writer == "check" else [table]  # the checks' is held already
+                try:
+                    with lease.holding(self.settings, held, f"lakehouse {writer}"):
+                        uri = progress.create(self.spark, self.settings.storage, writer)
+                        progress.append(self.spark, uri, rows)
+                except Exception as error:  # the walk's outcome stands; say what is missing
+                    echo(f"{table}: {len(rows)} rows not recorded: {first_line(explain(error))}")
+        finally:
+            self._held.close()
 
 
 def plan(pipeline: Graph, nodes: Sequence[Node]) -> list[str]:

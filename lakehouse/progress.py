@@ -4,9 +4,10 @@ Every streaming query's progress is caught by a `StreamingQueryListener`, whatev
 runs the stream, and appended to its writer's progress table by the job's own loop (a
 listener must not run Spark jobs on the listener bus, which it would hold up). What Spark's
 progress does not know, the job notes while it writes the batch: rows offered to each
-table, rows quarantined, violations by reason. Gold runs and checks append theirs as each
-node ends. The view `ops.progress` unites the writers' tables; `lakehouse status`, the
-report's plots and a SQL query all read it, and the same rows feed the Prometheus metrics.
+table, rows quarantined, violations by reason. Gold runs and checks append theirs when the
+walk of nodes ends, one commit per writer. The view `ops.progress` unites the writers'
+tables; `lakehouse status`, the report's plots and a SQL query all read it, and the same
+rows feed the Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -277,14 +278,6 @@ class StreamRecording:
         """Append everything up to `last_batch`, the query's last executed batch."""
         RECORDER.wait_for(self.query_id, last_batch)
         self.flush(force=True)
-
-
-def record_node(
-    spark: SparkSession, storage: StorageSettings, writer: str, row: dict[str, Any]
-) -> None:
-    """Append a model's or check's row to the writer's progress table; count it."""
-    append(spark, create(spark, storage, writer), [row])
-    metrics.observe(row)
 
 
 def node_row(
