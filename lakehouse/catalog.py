@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from functools import reduce
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.console import echo
 
@@ -110,3 +111,18 @@ def same_place(a: str, b: str) -> bool:
         return re.sub(r"^file:/+", "file:///", uri).rstrip("/")
 
     return norm(a) == norm(b)
+
+
+def read_united(spark: SparkSession, locations: Iterable[str]) -> DataFrame | None:
+    """The Delta tables at `locations` (those that exist) as one frame, by column name:
+    the tables of one kind that each writer keeps apart. None if none exists yet."""
+    found = [spark.read.format("delta").load(uri) for uri in locations if is_delta(spark, uri)]
+    return reduce(DataFrame.unionByName, found) if found else None
+
+
+def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
+    """(Re)make `view` over the tables (name -> location) the catalog names at their
+    location: this lake's only, never another lake's of the same name, on storage now gone."""
+    named = [name for name, location in tables.items() if names(spark, name, location)]
+    union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
+    spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")

@@ -19,7 +19,6 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -77,12 +76,7 @@ def progress_table(writer: str) -> TableSpec:
 
 def read_progress(spark: SparkSession, storage: StorageSettings) -> DataFrame | None:
     """Every writer's progress as one frame; None before anything recorded any."""
-    found = [
-        spark.read.format("delta").load(uri)
-        for uri in (storage.table_uri(progress_table(w).name) for w in WRITERS)
-        if catalog.is_delta(spark, uri)
-    ]
-    return reduce(DataFrame.unionByName, found) if found else None
+    return catalog.read_united(spark, (storage.table_uri(progress_table(w).name) for w in WRITERS))
 
 
 def create(spark: SparkSession, storage: StorageSettings, writer: str) -> str:
@@ -92,14 +86,8 @@ def create(spark: SparkSession, storage: StorageSettings, writer: str) -> str:
     if (uri, spark) in _created:
         return uri
     delta.create(spark, spec, uri)
-    # This lake's tables only: the catalog may name another lake's, on storage now gone.
-    tables = [
-        t.name
-        for t in (progress_table(w) for w in WRITERS)
-        if catalog.names(spark, t.name, storage.table_uri(t.name))
-    ]
-    union = " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
-    spark.sql(f"CREATE OR REPLACE VIEW {VIEW} AS {union}")
+    names = [progress_table(w).name for w in WRITERS]
+    catalog.unite(spark, VIEW, {name: storage.table_uri(name) for name in names})
     _created.add((uri, spark))
     return uri
 

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -58,12 +57,7 @@ def results_table(writer: str) -> TableSpec:
 
 def read_results(spark: SparkSession, storage: StorageSettings) -> DataFrame | None:
     """Every writer's results as one frame; None before any validation ran."""
-    found = [
-        spark.read.format("delta").load(uri)
-        for uri in (storage.table_uri(results_table(w).name) for w in WRITERS)
-        if catalog.is_delta(spark, uri)
-    ]
-    return reduce(DataFrame.unionByName, found) if found else None
+    return catalog.read_united(spark, (storage.table_uri(results_table(w).name) for w in WRITERS))
 
 
 def quarantine_table(layer: str) -> TableSpec:
@@ -128,14 +122,8 @@ def create_tables(
     every writer's results."""
     for spec in (results_table(writer), *(quarantine_table(layer) for layer in layers)):
         delta.create(spark, spec, storage.table_uri(spec.name))
-    # This lake's results only: the catalog may name another lake's, on storage now gone.
-    tables = [
-        spec.name
-        for spec in (results_table(w) for w in WRITERS)
-        if catalog.names(spark, spec.name, storage.table_uri(spec.name))
-    ]
-    union = " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
-    spark.sql(f"CREATE OR REPLACE VIEW {RESULTS_VIEW} AS {union}")
+    names = [results_table(w).name for w in WRITERS]
+    catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
 
 
 def quarantine_frame(
