@@ -135,19 +135,29 @@ def observe(row: Mapping[str, Any]) -> None:
         WATERMARK.labels(node).set(_unix(row["watermark"]))
 
 
-def serve(settings: MetricsSettings) -> None:
-    """Serve the metrics on 127.0.0.1 at the configured port, if enabled, for as long as
+SERVERS = ("bronze", "silver", "gold", "build")
+"""What serves metrics, each at its own port from `metrics.port` on, so that the streams
+and gold run side by side (`run bronze --continuous &`, `run silver --continuous &`)."""
+
+
+def port_of(settings: MetricsSettings, command: str) -> int:
+    return settings.port + SERVERS.index(command)
+
+
+def serve(settings: MetricsSettings, command: str) -> None:
+    """Serve the metrics on 127.0.0.1 at the command's port, if enabled, for as long as
     this process runs."""
     if not settings.enabled:
         return
+    port = port_of(settings, command)
     try:
-        start_http_server(settings.port, addr="127.0.0.1", registry=REGISTRY)
+        start_http_server(port, addr="127.0.0.1", registry=REGISTRY)
     except OSError as error:
         raise LakehouseError(
-            f"cannot serve metrics on 127.0.0.1:{settings.port} (metrics.port): "
-            f"{error.strerror or error}"
+            f"cannot serve metrics on 127.0.0.1:{port} (metrics.port + "
+            f"{SERVERS.index(command)} for {command}): {error.strerror or error}"
         ) from None
-    echo(f"metrics for Prometheus: http://127.0.0.1:{settings.port}/metrics")
+    echo(f"metrics for Prometheus: http://127.0.0.1:{port}/metrics")
 
 
 def _unix(instant: datetime) -> float:

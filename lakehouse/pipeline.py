@@ -296,7 +296,15 @@ class NodeRunner:
     def _check(self, node: Node) -> Done:
         table = node.reads[0]
         started, clock = datetime.now(UTC), time.monotonic()
-        checked = self._checker.check(table, self.since)
+        try:
+            checked = self._checker.check(table, self.since)
+        except Exception as error:
+            failed = progress.node_row(
+                node.name, "check", started, time.monotonic() - clock, "error",
+                message=first_line(explain(error)),
+            )  # fmt: skip
+            self._record("check", failed)
+            raise
         if checked is None:
             return Done("skipped", message=f"{table} is not built yet")
         failed = checked.failed
@@ -330,7 +338,7 @@ class NodeRunner:
                 table = progress.progress_table(writer).name
                 held = [] if writer == "check" else [table]  # the checks' is held already
                 try:
-                    with lease.holding(self.settings, held, f"lakehouse {writer}"):
+                    with lease.holding(self.settings, held, progress.progress_table(writer).writer):
                         uri = progress.create(self.spark, self.settings.storage, writer)
                         progress.append(self.spark, uri, rows)
                 except Exception as error:  # the walk's outcome stands; say what is missing

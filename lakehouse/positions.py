@@ -129,7 +129,8 @@ def _age(spark: SparkSession, location: str, version: int, now: datetime) -> flo
     committed = history.where(history.version == version).select("timestamp").first()
     if committed is None:  # not committed yet: the reader is up to date
         return 0.0
-    return max(0.0, (now - committed["timestamp"].replace(tzinfo=UTC)).total_seconds())
+    # collect() gives Spark's timestamps as naive datetimes in this process's local time.
+    return max(0.0, (now - committed["timestamp"].astimezone(UTC)).total_seconds())
 
 
 def _batch_ids(fs: Any, folder: Any) -> list[int]:

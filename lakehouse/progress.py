@@ -27,7 +27,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from lakehouse import catalog, delta, metrics
 from lakehouse.delta import Txn
 from lakehouse.settings import StorageSettings
-from lakehouse.tables import TableSpec
+from lakehouse.tables import TableSpec, columns_of
 
 PROGRESS_COLUMNS = """
     run_id STRING NOT NULL COMMENT 'the Spark application (one command) that did it',
@@ -48,7 +48,7 @@ PROGRESS_COLUMNS = """
     state_rows BIGINT COMMENT 'rows held in the state of the stream after the batch',
     state_memory_bytes BIGINT COMMENT 'memory the state stores used after the batch',
     rows_written MAP<STRING, BIGINT>
-        COMMENT 'table -> rows the batch or run offered it, before its gate quarantined any',
+        COMMENT 'table -> rows offered it, as its quality gate counted them before quarantine',
     quarantined_rows BIGINT COMMENT 'rows its quality gate added to the layer quarantine',
     violations MAP<STRING, BIGINT> COMMENT 'reason -> protocol violations found (silver)',
     watermark TIMESTAMP COMMENT 'event-time watermark of the stream after the batch (UTC)',
@@ -59,6 +59,9 @@ WRITERS = ("bronze", "silver", "gold", "check")
 """Who records progress: the two streams, gold's model runs, the checks."""
 VIEW = "ops.progress"
 """Every writer's progress as one view in the catalog, for SQL."""
+
+
+COLUMN_NAMES = [c.name for c in columns_of(PROGRESS_COLUMNS)]
 
 
 def progress_table(writer: str) -> TableSpec:
@@ -101,8 +104,7 @@ def append(spark: SparkSession, uri: str, rows: list[dict[str, Any]]) -> None:
     if not rows:
         return
     known = {"run_id": spark.sparkContext.applicationId, "recorded_at": datetime.now(UTC)}
-    names = progress_table("bronze").column_names
-    values = [tuple(known[c] if c in known else row.get(c) for c in names) for row in rows]
+    values = [tuple(known[c] if c in known else row.get(c) for c in COLUMN_NAMES) for row in rows]
     delta.append(spark.createDataFrame(values, PROGRESS_COLUMNS), uri)
 
 
@@ -199,6 +201,11 @@ class Recorder(StreamingQueryListener):
         with self._lock:
             return self._pending.pop(query_id, [])
 
+    def put_back(self, query_id: str, rows: list[dict[str, Any]]) -> None:
+        """Hold `rows` (taken, then not appended) again, before any recorded since."""
+        with self._lock:
+            self._pending[query_id][:0] = rows
+
     def wait_for(self, query_id: str, batch_id: int, timeout_s: float = 10) -> None:
         """Wait until the progress of `batch_id` has reached the listener: the listener bus
         delivers it after the query may have ended."""
@@ -259,8 +266,13 @@ class StreamRecording:
     def flush(self, force: bool = False) -> None:
         """Append what the listener holds, at most every FLUSH_EVERY_S unless `force`."""
         if force or time.monotonic() - self._flushed >= FLUSH_EVERY_S:
-            append(self.spark, self.uri, RECORDER.take(self.query_id))
+            rows = RECORDER.take(self.query_id)
             self._flushed = time.monotonic()
+            try:
+                append(self.spark, self.uri, rows)
+            except Exception:
+                RECORDER.put_back(self.query_id, rows)  # for the next flush to try again
+                raise
 
     def close(self, last_batch: int) -> None:
         """Append everything up to `last_batch`, the query's last executed batch."""

@@ -114,7 +114,7 @@ def status(
     else:
         read = positions.kafka_offsets(spark, settings.storage.checkpoint_uri(bronze_checkpoint))
         found.kafka = kafka_lag(ends, read)
-    found.readers = reader_lags(spark, settings, readers)
+    found.readers = readers_behind(spark, settings, readers)
     found.freshness = [freshness(spark, settings, rule, now) for rule in settings.status.freshness]
     return found
 
@@ -135,7 +135,8 @@ def stream_states(spark: SparkSession, settings: Settings, now: datetime) -> lis
     states = []
     for row in last:
         seconds = (row["duration_ms"] or 0) / 1000
-        ended = row["started_at"].replace(tzinfo=UTC).timestamp() + seconds
+        # collect() gives timestamps as naive datetimes in this process's local time
+        ended = row["started_at"].astimezone(UTC).timestamp() + seconds
         ended_at = datetime.fromtimestamp(ended, UTC)
         states.append(
             StreamState(
@@ -202,7 +203,7 @@ def kafka_lag(
     return lags
 
 
-def reader_lags(
+def readers_behind(
     spark: SparkSession, settings: Settings, readers: Sequence[Reader]
 ) -> list[ReaderLag]:
     """How far each incremental reader is behind the table it reads."""
@@ -258,7 +259,7 @@ def freshness(
         (newest,) = spark.read.format("delta").load(uri).agg(F.max(rule.column)).collect()[0]
     if newest is None:
         return Freshness(rule.table, rule.column, None, None, "error")
-    newest = newest.replace(tzinfo=UTC)
+    newest = newest.astimezone(UTC)  # naive, in this process's local time
     age = max(0.0, (now - newest).total_seconds())
     return Freshness(rule.table, rule.column, newest, age, level_of(age, rule))
 
@@ -275,9 +276,8 @@ def lines(found: Status) -> list[str]:
     """The status as a person reads it."""
     out = ["streams:"]
     for s in found.streams:
-        rates = (
-            f"{_rate(s.input_rows_per_second)} in, {_rate(s.processed_rows_per_second)} processed"
-        )
+        arrived, processed = s.input_rows_per_second, s.processed_rows_per_second
+        rates = f"{_per_second(arrived)} in, {_per_second(processed)} processed"
         state = (
             f", state {s.state_rows:,} rows {_bytes(s.state_memory_bytes)}"
             if s.state_rows is not None
@@ -326,7 +326,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _rate(value: float | None) -> str:
+def _per_second(value: float | None) -> str:
     return "?/s" if value is None else f"{value:,.0f}/s"
 
 

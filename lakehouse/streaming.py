@@ -135,11 +135,20 @@ def checkpoint_format(spark: SparkSession, checkpoint: str) -> str | None:
     return head.removeprefix("v").strip() or None
 
 
+def _flush(recording: progress.StreamRecording, label: str) -> None:
+    """Keep the progress of the batches run so far; a failure to (storage that blips) is a
+    line, and the rows wait for the next flush: the stream goes on."""
+    try:
+        recording.flush()
+    except Exception as error:
+        echo(f"{label}: progress not recorded yet, retried in a while: {explain(error)}")
+
+
 def _close(recording: progress.StreamRecording, query: StreamingQuery) -> None:
     """Keep the progress of the batches that ran; a failure to is a line, never what the
     job reports (it may be ending on another failure)."""
-    ran = [p["batchId"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
     try:
+        ran = [p["batchId"] for p in query.recentProgress if "addBatch" in p["durationMs"]]
         recording.close(max(ran, default=-1))
     except Exception as error:
         echo(f"{query.name}: progress of its last batches not recorded: {explain(error)}")
@@ -212,7 +221,7 @@ def await_query(
                     f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run"
                 )
                 if recording is not None:
-                    recording.flush()
+                    _flush(recording, label)
             query.awaitTermination()
         except StreamingQueryException as error:
             where = f" (whole trace in {trace_file})" if trace_file else ""

@@ -102,7 +102,9 @@ class _Batch:
         self.records = len(self.starts)
         self.plain = rows["plain"].to_numpy().tolist()
         self.kinds = rows["kind"].tolist()
-        self.ops = rows["op"].tolist()
+        # A column without a value in the batch (only end records: no op) may come as
+        # float NaN rather than None; the state machine, and the state, take None.
+        self.ops = [op if isinstance(op, str) else None for op in rows["op"].tolist()]
         self.seqs = rows["seq"].tolist()
         self.row_ids = rows["row_id"].tolist()
         self.event_times = rows["event_time"].tolist()

@@ -92,7 +92,7 @@ def run_build(args: argparse.Namespace) -> int:
             echo(f"  {line}")
         return 0
     _, spark = spark_for(args, "build")
-    metrics.serve(settings.metrics)
+    metrics.serve(settings.metrics, "build")
     runner = pipeline.NodeRunner(spark, settings, full_refresh=args.full_refresh)
     results = walk(settings, graph, chosen, runner, args)
     echo(f"build: {tally(results)}")

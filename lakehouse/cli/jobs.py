@@ -120,7 +120,7 @@ def run_layer(args: argparse.Namespace) -> None:
     if args.layer == "bronze" and args.trace is not None:
         raise LakehouseError("--trace applies to `run silver` only")
     settings, spark = spark_for(args, args.layer)
-    metrics.serve(settings.metrics)
+    metrics.serve(settings.metrics, args.layer)
     graph = pipeline.graph(settings)
     if args.layer == "gold":
         only_models = [f"{s},layer:gold,type:model" for s in args.select]
@@ -150,7 +150,11 @@ def run_status(args: argparse.Namespace) -> int:
     from lakehouse.status import lines, status
 
     settings, spark = spark_for(args, "status")
-    found = status(spark, settings, pipeline.STREAMS["bronze"].checkpoint, pipeline.READERS)
+    try:
+        found = status(spark, settings, pipeline.STREAMS["bronze"].checkpoint, pipeline.READERS)
+    except Exception as error:  # not knowing is an error to whoever alerts on the exit code
+        echo(f"lakehouse: error: status unknown: {explain(error)}", err=True)
+        return 2
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
     else:

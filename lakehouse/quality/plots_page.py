@@ -34,7 +34,7 @@ from lakehouse.settings import Settings, StorageSettings
 PAGE = "plots.html"
 IMAGES = "plots"
 """The folder of the page's images, beside it in the site."""
-PROGRESS_COLUMNS = (
+USED_COLUMNS = (
     "run_id",
     "node",
     "kind",
@@ -80,10 +80,10 @@ def write_plots_page(
     Docs `site` and link it from the index; its path."""
     found = read_progress(spark, settings.storage)
     if found is None:
-        progress = pd.DataFrame(columns=PROGRESS_COLUMNS)
+        progress = pd.DataFrame(columns=USED_COLUMNS)
         newest = pd.DataFrame(columns=NEWEST_COLUMNS)
     else:
-        progress = found.select(*PROGRESS_COLUMNS).toPandas()
+        progress = found.select(*USED_COLUMNS).toPandas()
         newest = newest_kafka_timestamps(spark, settings.storage, records, lineage)
     return render_plots_page(site, progress, newest, datetime.now(UTC))
 
@@ -133,7 +133,7 @@ def render_plots_page(
     site: Path, progress: pd.DataFrame, newest: pd.DataFrame, now: datetime
 ) -> Path:
     """Write the page and its images into `site` and link it from the index; its path.
-    `progress`: rows of the progress tables (PROGRESS_COLUMNS); `newest`: NEWEST_COLUMNS."""
+    `progress`: rows of the progress tables (USED_COLUMNS); `newest`: NEWEST_COLUMNS."""
     folder = site / IMAGES
     folder.mkdir(parents=True, exist_ok=True)
     # Images of an earlier report would otherwise be published with the site, unlinked.

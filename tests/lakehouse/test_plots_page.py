@@ -12,7 +12,7 @@ import pandas as pd
 
 from lakehouse.quality.plots_page import (
     NEWEST_COLUMNS,
-    PROGRESS_COLUMNS,
+    USED_COLUMNS,
     freshness,
     plots,
     render_plots_page,
@@ -51,7 +51,7 @@ def progress_rows() -> pd.DataFrame:
         {**batch("gold.sensor_hourly", 0, 30), "kind": "model", "batch_id": None},
         {**batch("check:silver.sessions", 0, 40), "kind": "check", "batch_id": None},
     ]
-    return pd.DataFrame(rows, columns=PROGRESS_COLUMNS)
+    return pd.DataFrame(rows, columns=USED_COLUMNS)
 
 
 def newest_timestamps() -> pd.DataFrame:
@@ -111,7 +111,7 @@ def test_freshness_is_a_batch_end_minus_the_newest_kafka_timestamp_it_wrote() ->
 def test_freshness_takes_the_latest_batch_of_an_id_a_new_checkpoint_numbered_again() -> None:
     rows = pd.DataFrame(
         [batch("bronze", 0, 0), batch("bronze", 0, 100, run_id="after-full-refresh")],
-        columns=PROGRESS_COLUMNS,
+        columns=USED_COLUMNS,
     )
     newest = pd.DataFrame([("bronze", 0, T0 + timedelta(seconds=90))], columns=NEWEST_COLUMNS)
 
@@ -134,7 +134,7 @@ def test_without_progress_the_page_says_so_and_draws_nothing(tmp_path: Path) -> 
 
     page = render_plots_page(
         tmp_path,
-        pd.DataFrame(columns=PROGRESS_COLUMNS),
+        pd.DataFrame(columns=USED_COLUMNS),
         pd.DataFrame(columns=NEWEST_COLUMNS),
         NOW,
     )
