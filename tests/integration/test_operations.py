@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.request
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,8 +21,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import PROJECT_ROOT, catalog
+from lakehouse.pipeline import READERS, STREAMS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
+from lakehouse.status import status as lakehouse_status
 from tests.support import foreign_lines, lakehouse_command, overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -79,16 +82,16 @@ def status(env: dict[str, str], warn: float, error: float) -> tuple[int, dict[st
 @pytest.fixture(scope="module")
 def lake(
     kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[dict[str, str], Settings]:
+) -> tuple[dict[str, str], Settings, Path]:
     root = tmp_path_factory.mktemp("ops")
     env = overrides(root, kafka_bootstrap, PREFIX, bronze__trigger_interval="1 second")
-    return env, settings_for(root, kafka_bootstrap, PREFIX)
+    return env, settings_for(root, kafka_bootstrap, PREFIX), root
 
 
 def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness_exit_codes(
-    lake: tuple[dict[str, str], Settings], kafka_bootstrap: str, spark: SparkSession
+    lake: tuple[dict[str, str], Settings, Path], kafka_bootstrap: str, spark: SparkSession
 ) -> None:
-    env, settings = lake
+    env, settings, root = lake
     first, second = traffic(seed=41), traffic(seed=42, first_sensor=2)
     produce(first, kafka_bootstrap)
     ingested = cli("run", "bronze", env=env)
@@ -112,7 +115,11 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     assert [p["lag"] for p in found["kafka"]] == [0] * len(found["kafka"])
     assert code == 2 and found["freshness"][0]["level"] == "error"
     # the newest record is seconds old: rules of an hour hold it fresh (exit 0)
-    assert found["freshness"][0]["age_seconds"] < 600
+    hourly = settings_for(
+        root, kafka_bootstrap, PREFIX, status__freshness=freshness_rule(3600, 7200)
+    )
+    fresh = lakehouse_status(spark, hourly, STREAMS["bronze"].checkpoint, READERS)
+    assert fresh.exit_code == 0 and fresh.freshness[0].age_seconds < 600
 
     # what status read is what the batches recorded: every record, once, in ops.progress
     recorded = spark.read.format("delta").load(settings.storage.table_uri("ops.bronze_progress"))
@@ -141,9 +148,9 @@ def free_port() -> int:
 
 
 def test_a_continuous_run_serves_metrics_that_match_its_progress_table(
-    lake: tuple[dict[str, str], Settings], kafka_bootstrap: str, spark: SparkSession
+    lake: tuple[dict[str, str], Settings, Path], kafka_bootstrap: str, spark: SparkSession
 ) -> None:
-    env, settings = lake
+    env, settings, _ = lake
     port = free_port()
     served = {**env, "LAKEHOUSE__METRICS__ENABLED": "true", "LAKEHOUSE__METRICS__PORT": str(port)}
     uri = settings.storage.table_uri("ops.bronze_progress")
