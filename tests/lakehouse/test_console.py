@@ -94,6 +94,9 @@ def restored_logging() -> Iterator[None]:
     handlers = root.handlers[:]
     context = PySparkLogger.getLogger("SQLQueryContextLogger")
     context_handlers = context.handlers[:]
+    # A command run in this process before (a CLI test) may have captured warnings already,
+    # and captureWarnings(True) then keeps the showwarning it found: start from none.
+    logging.captureWarnings(False)
     yield
     root.handlers[:] = handlers
     context.handlers[:] = context_handlers
