@@ -88,9 +88,13 @@ def create(spark: SparkSession, storage: StorageSettings, writer: str) -> str:
     uri = storage.table_uri(spec.name)
     if (uri, spark) in _created:
         return uri
+    new = not catalog.is_delta(spark, uri)
     delta.create(spark, spec, uri)
-    names = [progress_table(w).name for w in WRITERS]
-    catalog.unite(spark, VIEW, {name: storage.table_uri(name) for name in names})
+    # The view names every writer's table there is: made again when one is new (or the
+    # catalog lost it), not on every start of a stream.
+    if new or not spark.catalog.tableExists(VIEW):
+        names = [progress_table(w).name for w in WRITERS]
+        catalog.unite(spark, VIEW, {name: storage.table_uri(name) for name in names})
     _created.add((uri, spark))
     return uri
 
