@@ -155,7 +155,12 @@ def run(
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
-            gate_for(txn).append(to_sensor_records(batch, txn.version), NAME, path)
+            gate = gate_for(txn)
+            gate.append(to_sensor_records(batch, txn.version), NAME, path)
+            # Spark counts a batch's input once per plan that reads the source, and a gate
+            # that judges in several passes reads it more than once: each record is one row.
+            if (records := gate.offered.get(NAME)) is not None:
+                progress.RECORDER.note(txn, input_rows=records)
             after_batch(txn.version, held)
 
         source = read_kafka(

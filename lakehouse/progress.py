@@ -126,6 +126,11 @@ def batch_row(progress: Mapping[str, Any], node: str, notes: Mapping[str, Any]) 
                     behind[f"{topic}/{partition}"] = int(offset) - int(
                         end[topic].get(partition, offset)
                     )
+    counted = int(progress.get("numInputRows", 0))
+    # The job's own count where it has one: Spark's counts the source's rows once per plan
+    # that read them, and so do the rates it derives from it.
+    exact = int(notes.get("input_rows", counted))
+    scale = exact / counted if counted else 1.0
     state = progress.get("stateOperators", [])
     watermark = progress.get("eventTime", {}).get("watermark")
     durations = {k: int(v) for k, v in progress.get("durationMs", {}).items()}
@@ -136,9 +141,9 @@ def batch_row(progress: Mapping[str, Any], node: str, notes: Mapping[str, Any]) 
         "started_at": _instant(progress["timestamp"]),
         "duration_ms": durations.get("triggerExecution"),
         "status": "success",
-        "input_rows": int(progress.get("numInputRows", 0)),
-        "input_rows_per_second": _rate(progress.get("inputRowsPerSecond")),
-        "processed_rows_per_second": _rate(progress.get("processedRowsPerSecond")),
+        "input_rows": exact,
+        "input_rows_per_second": _scaled(_rate(progress.get("inputRowsPerSecond")), scale),
+        "processed_rows_per_second": _scaled(_rate(progress.get("processedRowsPerSecond")), scale),
         "durations_ms": durations,
         "kafka_offsets_behind": behind or None,
         "state_rows": sum(int(s.get("numRowsTotal", 0)) for s in state) if state else None,
@@ -169,6 +174,10 @@ def _rate(value: Any) -> float | None:
     # Spark leaves out (or writes as NaN) a rate it cannot know, e.g. a run's first batch.
     rate = None if value is None else float(value)
     return rate if rate is not None and math.isfinite(rate) else None
+
+
+def _scaled(rate: float | None, scale: float) -> float | None:
+    return None if rate is None else rate * scale
 
 
 class Recorder(StreamingQueryListener):

@@ -259,13 +259,17 @@ class BatchGate:
             )
         delta.append(found, self.storage.table_uri(results_table(self.layer).name), self.txn)
         self._divert(spark, rebuild)
-        offered = {
+        diverted = sum(o.quarantined or 0 for os in self.outcomes.values() for o in os)
+        progress.RECORDER.note(self.txn, rows_written=self.offered, quarantined_rows=diverted)
+
+    @property
+    def offered(self) -> dict[str, int]:
+        """Rows offered to each table the gate judged (before any was quarantined)."""
+        return {
             table: max(o.element_count for o in outcomes if o.element_count is not None)
             for table, outcomes in self.outcomes.items()
             if any(o.element_count is not None for o in outcomes)
         }
-        diverted = sum(o.quarantined or 0 for os in self.outcomes.values() for o in os)
-        progress.RECORDER.note(self.txn, rows_written=offered, quarantined_rows=diverted)
 
     def _divert(self, spark: SparkSession, rebuild: bool) -> None:
         """Append the quarantined rows; a rebuild replaces those of before with them."""

@@ -125,3 +125,11 @@ def test_freshness_levels_and_the_exit_code_of_the_worst() -> None:
     ]
     assert Status().exit_code == 0
     assert Status(kafka_error="Kafka at x unreachable").exit_code == 2
+
+
+def test_the_jobs_own_count_of_input_rows_wins_and_scales_the_rates() -> None:
+    # A gate that judged the batch in three passes made Spark count each record thrice.
+    thrice = {**PROGRESS, "numInputRows": 360, "inputRowsPerSecond": 120.0}
+    row = batch_row({**thrice, "processedRowsPerSecond": 90.0}, "bronze", {"input_rows": 120})
+    assert row["input_rows"] == 120
+    assert row["input_rows_per_second"] == 40.0 and row["processed_rows_per_second"] == 30.0
