@@ -41,9 +41,9 @@ def add_commands(commands: Any) -> None:
     produce.add_argument(
         "--start",
         metavar="ISO-8601",
-        help="event time of the first records, UTC (default: the start of the current hour, "
-        "so that the data is as fresh as `lakehouse status` expects; fix it for traffic "
-        "that is the same on every run)",
+        help="event time of the first records, UTC (default: now, to the minute, so that the "
+        "data is as fresh as `lakehouse status` expects; fix it for traffic that is the "
+        "same on every run)",
     )
     produce.add_argument("--json", action="store_true", help="print the report as JSON")
     produce.set_defaults(handler=run_produce)
@@ -83,7 +83,7 @@ def run_produce(args: argparse.Namespace) -> None:
 
 def _start_time(text: str | None) -> datetime:
     if text is None:
-        return datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        return datetime.now(UTC).replace(second=0, microsecond=0)
     try:
         start = datetime.fromisoformat(text)
     except ValueError:
