@@ -190,6 +190,7 @@ class Recorder(StreamingQueryListener):
         self._pending: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self._nodes: dict[str, str] = {}
         self._seen: dict[str, int] = {}
+        self._inputs: dict[tuple[str, int], int] = {}
 
     def follow(self, query_id: str, node: str) -> None:
         """Record the batches of the query `query_id` as those of `node`."""
@@ -219,6 +220,13 @@ class Recorder(StreamingQueryListener):
         with self._lock:
             self._pending[query_id][:0] = rows
 
+    def input_rows(self, query_id: str, batch_id: int, counted: int) -> int:
+        """The batch's input rows as its row has them (the job's own count where it noted
+        one), once the listener has it; Spark's `counted` if it does not come."""
+        self.wait_for(query_id, batch_id, timeout_s=2)
+        with self._lock:
+            return self._inputs.pop((query_id, batch_id), counted)
+
     def wait_for(self, query_id: str, batch_id: int, timeout_s: float = 10) -> None:
         """Wait until the progress of `batch_id` has reached the listener: the listener bus
         delivers it after the query may have ended."""
@@ -242,6 +250,7 @@ class Recorder(StreamingQueryListener):
             if node is not None:
                 row = batch_row(progress, node, notes)
                 self._pending[query_id].append(row)
+                self._inputs[(query_id, batch_id)] = row["input_rows"]
                 metrics.observe(row)
 
     def onQueryIdle(self, event: Any) -> None:
@@ -286,6 +295,10 @@ class StreamRecording:
             except Exception:
                 RECORDER.put_back(self.query_id, rows)  # for the next flush to try again
                 raise
+
+    def input_rows(self, batch_id: int, counted: int) -> int:
+        """The batch's input rows as recorded: see `Recorder.input_rows`."""
+        return RECORDER.input_rows(self.query_id, batch_id, counted)
 
     def close(self, last_batch: int) -> None:
         """Append everything up to `last_batch`, the query's last executed batch."""

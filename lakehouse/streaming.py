@@ -210,11 +210,17 @@ def await_query(
                 for done in query.recentProgress:
                     if done["batchId"] > seen_batch and done["numInputRows"] > 0:
                         seen_batch = done["batchId"]
+                        # Spark counts the source's rows once per plan that read them; the
+                        # recorded row has the job's own count where it has one.
+                        counted = done["numInputRows"]
+                        rows = counted
+                        if recording is not None:
+                            rows = recording.input_rows(seen_batch, counted)
+                        rate = done.get("processedRowsPerSecond", 0) * rows / counted
                         stats.batches += 1
-                        stats.input_rows += done["numInputRows"]
+                        stats.input_rows += rows
                         echo(
-                            f"{label}: batch {seen_batch} wrote {done['numInputRows']:,} rows "
-                            f"({done.get('processedRowsPerSecond', 0):,.0f}/s), "
+                            f"{label}: batch {seen_batch} wrote {rows:,} rows ({rate:,.0f}/s), "
                             f"{stats.input_rows:,} this run"
                         )
                 live.update(
