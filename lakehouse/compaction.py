@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from lakehouse import catalog, lease
-from lakehouse.console import echo
+from lakehouse.console import duration, echo, size
 from lakehouse.delta import retry_on_conflict
 from lakehouse.errors import LakehouseError, explain
 from lakehouse.positions import Reader, reader_lags
@@ -30,7 +30,7 @@ class Footprint:
     bytes: int
 
     def __str__(self) -> str:
-        return f"{self.files:,} files {_size(self.bytes)}"
+        return f"{self.files:,} files {size(self.bytes)}"
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def check_retention(
             raise LakehouseError(
                 f"refusing to VACUUM {table} with a retention of {hours:g} hours: "
                 f"{slowest.reader} has not read its versions from {slowest.next_version} on, "
-                f"committed {_duration(slowest.seconds)} ago, and would lose them. Run it "
+                f"committed {duration(slowest.seconds)} ago, and would lose them. Run it "
                 f"first, or retain more than {slowest.seconds / 3600:.2f} hours "
                 "(--retention-hours); nothing was compacted"
             )
@@ -202,17 +202,3 @@ def storage(spark: SparkSession, location: str) -> Footprint:
     return Footprint(
         int(total.getFileCount() - log.getFileCount()), int(total.getLength() - log.getLength())
     )
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

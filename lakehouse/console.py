@@ -28,6 +28,24 @@ def echo(line: str = "", err: bool = False) -> None:
         print(line, file=sys.stderr if err else sys.stdout, flush=True)
 
 
+def size(n: float) -> str:
+    """Bytes as a person reads them: `812 B`, `3.1 MiB`."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def duration(seconds: float) -> str:
+    """A span as a person reads it: `0m 41s`, `3h 05m`, `2d 4h`."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours >= 24:
+        return f"{hours // 24}d {hours % 24}h"
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
 class Live:
     """One line on a terminal, rewritten in place while a long step runs (what it has done
     so far, and the seconds it has taken); `echo` clears it before printing a line, and

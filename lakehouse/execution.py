@@ -36,6 +36,8 @@ class Done:
     rows_read: int | None = None
     failures: int | None = None
     """Expectations that did not hold (checks and gated writes)."""
+    quarantined: int | None = None
+    """Rows a gated write kept out of its table."""
     message: str = ""
 
 
@@ -52,6 +54,7 @@ class NodeResult:
     rows_written: int | None = None
     rows_read: int | None = None
     failures: int | None = None
+    quarantined: int | None = None
     message: str = ""
     error: BaseException | None = field(default=None, repr=False)
     """The exception that failed the node, for a caller that re-raises it (not written)."""
@@ -99,6 +102,7 @@ def execute(
             done.rows_written,
             done.rows_read,
             done.failures,
+            done.quarantined,
             done.message,
             error,
         )

@@ -10,11 +10,9 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
@@ -22,9 +20,8 @@ from pyspark.sql import SparkSession
 
 import gold
 from bronze import sensor_records
-from lakehouse import compaction, lease, metrics, progress
+from lakehouse import compaction, lease, progress
 from lakehouse.console import echo
-from lakehouse.errors import explain, first_line
 from lakehouse.execution import Done, Status
 from lakehouse.graph import Graph, Node, check_name, graph_of
 from lakehouse.incremental import RUNS, Model, ModelRun, declared_models, dependency_order
@@ -224,8 +221,6 @@ class NodeRunner:
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
     _held: ExitStack = field(default_factory=ExitStack)
-    _progress: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Progress rows of the nodes run, by writer, until the walk ends."""
 
     def __call__(self, node: Node) -> Done:
         if node.kind == "stream":
@@ -248,44 +243,25 @@ class NodeRunner:
         from lakehouse.incremental import run_models
 
         model = next(m for m in MODELS if m.name == node.name)
-        started, clock = datetime.now(UTC), time.monotonic()
         with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
-            try:
-                (run,) = run_models(
-                    self.spark,
-                    self.settings.storage,
-                    [model],
-                    self.full_refresh,
-                    int(self.settings.gold.full_refresh_below_mb * 2**20),
-                    gate=self._gold_gate,
-                )
-            except Exception as error:
-                failed = progress.node_row(
-                    node.name, "model", started, time.monotonic() - clock, "error",
-                    message=first_line(explain(error)),
-                )  # fmt: skip
-                self._record("gold", failed)
-                raise
-            self.model_runs.append(run)
-            reason = f" ({run.reason})" if run.reason else ""
-            quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
-            status: Status = "warn" if run.quarantined else "success"
-            done = Done(
-                status, rows_written=run.rows_written, message=f"{run.mode}{reason}{quarantined}"
+            (run,) = run_models(
+                self.spark,
+                self.settings.storage,
+                [model],
+                self.full_refresh,
+                int(self.settings.gold.full_refresh_below_mb * 2**20),
+                gate=self._gold_gate,
             )
-            ran = progress.node_row(
-                node.name, "model", started, run.seconds, status,
-                rows_written={model.name: run.rows_written},
-                quarantined_rows=run.quarantined, message=done.message,
-            )  # fmt: skip
-            self._record("gold", ran)
-        return done
-
-    def _record(self, writer: str, row: dict[str, Any]) -> None:
-        """Count a node's progress row now; keep it for the walk's end (`__exit__`), which
-        appends each writer's rows in one commit rather than one per node."""
-        metrics.observe(row)
-        self._progress.setdefault(writer, []).append(row)
+        self.model_runs.append(run)
+        reason = f" ({run.reason})" if run.reason else ""
+        quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
+        status: Status = "warn" if run.quarantined else "success"
+        return Done(
+            status,
+            rows_written=run.rows_written,
+            quarantined=run.quarantined,
+            message=f"{run.mode}{reason}{quarantined}",
+        )
 
     @cached_property
     def _gold_gate(self) -> Any:
@@ -295,26 +271,12 @@ class NodeRunner:
 
     def _check(self, node: Node) -> Done:
         table = node.reads[0]
-        started, clock = datetime.now(UTC), time.monotonic()
-        try:
-            checked = self._checker.check(table, self.since)
-        except Exception as error:
-            failed = progress.node_row(
-                node.name, "check", started, time.monotonic() - clock, "error",
-                message=first_line(explain(error)),
-            )  # fmt: skip
-            self._record("check", failed)
-            raise
+        checked = self._checker.check(table, self.since)
         if checked is None:
             return Done("skipped", message=f"{table} is not built yet")
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
         verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
-        row = progress.node_row(
-            node.name, "check", started, time.monotonic() - clock, verdict,
-            input_rows=checked.rows, message=names or None,
-        )  # fmt: skip
-        self._record("check", row)
         return Done(verdict, rows_read=checked.rows, failures=len(failed), message=names)
 
     @cached_property
@@ -323,28 +285,16 @@ class NodeRunner:
 
         # One lease on the check results for the whole walk: taking one per table costs
         # each check a round of S3 calls.
-        written = [store.results_table("check").name, progress.progress_table("check").name]
-        self._held.enter_context(lease.holding(self.settings, written, "lakehouse check"))
+        results = store.results_table("check").name
+        self._held.enter_context(lease.holding(self.settings, [results], "lakehouse check"))
         return Checker(self.spark, self.settings, load_suites(self.settings.quality.suites_dir))
 
     def __enter__(self) -> NodeRunner:
         return self
 
     def __exit__(self, *_: object) -> None:
-        """Append the nodes' progress rows, then release what the walk held (the check
-        results' lease, which covers the checks' progress table too)."""
-        try:
-            for writer, rows in self._progress.items():
-                table = progress.progress_table(writer).name
-                held = [] if writer == "check" else [table]  # the checks' is held already
-                try:
-                    with lease.holding(self.settings, held, progress.progress_table(writer).writer):
-                        uri = progress.create(self.spark, self.settings.storage, writer)
-                        progress.append(self.spark, uri, rows)
-                except Exception as error:  # the walk's outcome stands; say what is missing
-                    echo(f"{table}: {len(rows)} rows not recorded: {first_line(explain(error))}")
-        finally:
-            self._held.close()
+        """Release what the walk held (the check results' lease)."""
+        self._held.close()
 
 
 def plan(pipeline: Graph, nodes: Sequence[Node]) -> list[str]:

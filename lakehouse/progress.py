@@ -4,10 +4,10 @@ Every streaming query's progress is caught by a `StreamingQueryListener`, whatev
 runs the stream, and appended to its writer's progress table by the job's own loop (a
 listener must not run Spark jobs on the listener bus, which it would hold up). What Spark's
 progress does not know, the job notes while it writes the batch: rows offered to each
-table, rows quarantined, violations by reason. Gold runs and checks append theirs when the
-walk of nodes ends, one commit per writer. The view `ops.progress` unites the writers'
-tables; `lakehouse status`, the report's plots and a SQL query all read it, and the same
-rows feed the Prometheus metrics.
+table, rows quarantined, violations by reason. Gold runs and checks are recorded from the
+results of the walk that ran them, one commit per writer when it ends. The view
+`ops.progress` unites the writers' tables; `lakehouse status`, the report's plots and a
+SQL query all read it, and the same rows feed the Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -17,16 +17,19 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from lakehouse import catalog, delta, metrics
+from lakehouse import catalog, delta, lease, metrics
+from lakehouse.console import echo
 from lakehouse.delta import Txn
-from lakehouse.settings import StorageSettings
+from lakehouse.errors import explain, first_line
+from lakehouse.execution import NodeResult
+from lakehouse.settings import Settings, StorageSettings
 from lakehouse.tables import TableSpec, columns_of
 
 PROGRESS_COLUMNS = """
@@ -250,7 +253,8 @@ class Recorder(StreamingQueryListener):
             if node is not None:
                 row = batch_row(progress, node, notes)
                 self._pending[query_id].append(row)
-                self._inputs[(query_id, batch_id)] = row["input_rows"]
+                if row["input_rows"]:  # what the job's loop asks about: batches with input
+                    self._inputs[(query_id, batch_id)] = row["input_rows"]
                 metrics.observe(row)
 
     def onQueryIdle(self, event: Any) -> None:
@@ -306,26 +310,41 @@ class StreamRecording:
         self.flush(force=True)
 
 
-def node_row(
-    node: str,
-    kind: str,
-    started_at: datetime,
-    seconds: float,
-    status: str,
-    input_rows: int | None = None,
-    rows_written: Mapping[str, int] | None = None,
-    quarantined_rows: int | None = None,
-    message: str | None = None,
-) -> dict[str, Any]:
-    """A progress table row for a gold model's run or a check."""
+NODE_WRITERS = {"model": "gold", "check": "check"}
+"""Which progress table a node of each kind is recorded in (streams record their batches)."""
+
+
+def record_nodes(spark: SparkSession, settings: Settings, results: Sequence[NodeResult]) -> None:
+    """Count the model runs and checks of a walk into the metrics and append them to their
+    writers' progress tables, one commit per writer; failing to is a line, not a failed
+    walk."""
+    by_writer: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for result in results:
+        if result.kind in NODE_WRITERS and result.status != "skipped":
+            row = node_row(result)
+            metrics.observe(row)
+            by_writer[NODE_WRITERS[result.kind]].append(row)
+    for writer, rows in by_writer.items():
+        spec = progress_table(writer)
+        try:
+            with lease.holding(settings, [spec.name], spec.writer):
+                append(spark, create(spark, settings.storage, writer), rows)
+        except Exception as error:
+            echo(f"{spec.name}: {len(rows)} rows not recorded: {first_line(explain(error))}")
+
+
+def node_row(result: NodeResult) -> dict[str, Any]:
+    """A progress table row for a gold model's run or a check, from its walk's result."""
     return {
-        "node": node,
-        "kind": kind,
-        "started_at": started_at,
-        "duration_ms": int(seconds * 1000),
-        "status": status,
-        "input_rows": input_rows,
-        "rows_written": dict(rows_written) if rows_written else None,
-        "quarantined_rows": quarantined_rows,
-        "message": message,
+        "node": result.unique_id,
+        "kind": result.kind,
+        "started_at": datetime.fromisoformat(result.started_at),
+        "duration_ms": int(result.execution_time * 1000),
+        "status": result.status,
+        "input_rows": result.rows_read,
+        "rows_written": {result.unique_id: result.rows_written}
+        if result.rows_written is not None
+        else None,
+        "quarantined_rows": result.quarantined,
+        "message": first_line(result.message) if result.message else None,
     }

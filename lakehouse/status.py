@@ -14,6 +14,7 @@ the same whether the streams run or not:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import catalog, positions, progress
+from lakehouse.console import duration, size
 from lakehouse.positions import Reader
 from lakehouse.settings import FreshnessRule, Settings
 
@@ -158,8 +160,6 @@ def stream_states(spark: SparkSession, settings: Settings, now: datetime) -> lis
 def end_offsets(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
     sensors' pattern."""
-    import re
-
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from lakehouse.services.kafka import resolve_bootstrap
@@ -278,13 +278,11 @@ def lines(found: Status) -> list[str]:
     for s in found.streams:
         arrived, processed = s.input_rows_per_second, s.processed_rows_per_second
         rates = f"{_per_second(arrived)} in, {_per_second(processed)} processed"
-        state = (
-            f", state {s.state_rows:,} rows {_bytes(s.state_memory_bytes)}"
-            if s.state_rows is not None
-            else ""
-        )
+        state = ""
+        if s.state_rows is not None:
+            state = f", state {s.state_rows:,} rows {size(s.state_memory_bytes or 0)}"
         out.append(
-            f"  {s.node:<8} batch {s.batch_id} ended {_ago(s.seconds_ago)} ago: "
+            f"  {s.node:<8} batch {s.batch_id} ended {duration(s.seconds_ago)} ago: "
             f"{s.input_rows:,} rows in {s.batch_seconds:.1f}s ({rates}){state}"
         )
     if not found.streams:
@@ -309,7 +307,7 @@ def lines(found: Status) -> list[str]:
         age = (
             "no data"
             if f.age_seconds is None
-            else f"{_ago(f.age_seconds)} old ({f.column} {f.newest:%Y-%m-%d %H:%M:%S})"
+            else f"{duration(f.age_seconds)} old ({f.column} {f.newest:%Y-%m-%d %H:%M:%S})"
         )
         out.append(f"  {f.level.upper():<5} {f.table:<24} {age}")
     out.append(f"status: {found.level}")
@@ -328,15 +326,3 @@ def _jsonable(value: Any) -> Any:
 
 def _per_second(value: float | None) -> str:
     return "?/s" if value is None else f"{value:,.0f}/s"
-
-
-def _bytes(value: int | None) -> str:
-    return "" if value is None else f"{value / 2**20:,.1f} MiB"
-
-
-def _ago(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours >= 24:
-        return f"{hours // 24}d {hours % 24}h"
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"

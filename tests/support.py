@@ -44,6 +44,18 @@ def lakehouse_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "lakehouse.cli", *args]
 
 
+def start_lakehouse(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """The CLI in its own process, left running (a continuous job), its output in one pipe."""
+    return subprocess.Popen(
+        lakehouse_command(*args),
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def run_lakehouse(
     *args: str, env: dict[str, str], timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -111,7 +111,7 @@ def walk(
 ) -> list[NodeResult]:
     """Run `nodes` with `runner`, then write run_results.json and manifest.json (also
     when a node raised: the results so far)."""
-    from lakehouse import pipeline
+    from lakehouse import pipeline, progress
     from lakehouse.execution import execute, write_artifacts
     from lakehouse.quality.store import new_run_id
 
@@ -121,6 +121,7 @@ def walk(
         with runner:
             results = execute(graph, nodes, runner)
     finally:
+        progress.record_nodes(runner.spark, settings, results)
         folder = write_artifacts(
             settings.storage.local_state_dir,
             run_id,

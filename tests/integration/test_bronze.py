@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,12 +15,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
 from lakehouse.settings import StorageSettings
-from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import overrides, run_lakehouse, settings_for, start_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -219,17 +216,6 @@ def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no
         time.sleep(0.5)
 
 
-def start_continuous(env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        lakehouse_command("run", "bronze", "--continuous"),
-        env={**os.environ, **env},
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanly(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -237,7 +223,7 @@ def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanl
     first = produce(spec(prefix, sensors=2), kafka_bootstrap)
     env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__trigger_interval="1 second")
     table = tmp_path / "lake" / "bronze" / "sensor_records"
-    job = start_continuous(env)
+    job = start_lakehouse("run", "bronze", "--continuous", env=env)
     try:
         wait_for(lambda: delta_commits(table) >= 2, 180, "the first batch")
         late = produce(spec(prefix, sensors=1, first_sensor=7), kafka_bootstrap)

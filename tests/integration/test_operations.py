@@ -5,10 +5,8 @@ every batch leaves in `ops.progress`, and the Prometheus metrics a continuous ru
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -20,12 +18,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import PROJECT_ROOT, catalog
+from lakehouse import catalog
 from lakehouse.pipeline import READERS, STREAMS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.services import process
 from lakehouse.settings import Settings
 from lakehouse.status import status as lakehouse_status
-from tests.support import foreign_lines, lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
 
 pytestmark = pytest.mark.integration
 
@@ -141,30 +140,17 @@ def scrape(port: int) -> dict[str, float]:
     return samples
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_continuous_run_serves_metrics_that_match_its_progress_table(
     lake: tuple[dict[str, str], Settings, Path], kafka_bootstrap: str, spark: SparkSession
 ) -> None:
     env, settings, _ = lake
-    port = free_port()
+    port = process.free_port()
     served = {**env, "LAKEHOUSE__METRICS__ENABLED": "true", "LAKEHOUSE__METRICS__PORT": str(port)}
     uri = settings.storage.table_uri("ops.bronze_progress")
     earlier = ["none"]  # the runs of bronze before this one, whose rows are not this run's
     if catalog.is_delta(spark, uri):
         earlier += [r.run_id for r in spark.read.format("delta").load(uri).collect()]
-    job = subprocess.Popen(
-        lakehouse_command("run", "bronze", "--continuous"),
-        env={**os.environ, **served},
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    job = start_lakehouse("run", "bronze", "--continuous", env=served)
     try:
         more = traffic(seed=43)
         produce(more, kafka_bootstrap)

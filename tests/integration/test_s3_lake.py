@@ -21,7 +21,14 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.producer import TrafficSpec, produce
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
-from tests.support import S3_KEYS, lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support import (
+    S3_KEYS,
+    lakehouse_command,
+    overrides,
+    run_lakehouse,
+    settings_for,
+    start_lakehouse,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -84,14 +91,7 @@ def test_a_second_writer_of_a_leased_table_is_refused_and_changes_nothing(
     produce(replace(SPEC, seed=32, faults={}), kafka_bootstrap)
     env = s3_env(tmp_path, kafka_bootstrap, s3, bronze__trigger_interval="1 second")
     table = f"{env['LAKEHOUSE__STORAGE__ROOT']}/bronze/sensor_records"
-    first = subprocess.Popen(
-        lakehouse_command("run", "bronze", "--continuous"),
-        env={**os.environ, **env},
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    first = start_lakehouse("run", "bronze", "--continuous", env=env)
     try:
         deadline = time.monotonic() + 180
         assert first.stdout is not None

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from lakehouse import metrics
+from lakehouse.console import duration, size
 from lakehouse.delta import Txn
-from lakehouse.progress import Recorder, batch_row
+from lakehouse.execution import NodeResult
+from lakehouse.progress import Recorder, batch_row, node_row
 from lakehouse.settings import FreshnessRule
 from lakehouse.status import Status, changed_rows, kafka_lag, level_of
 
@@ -133,3 +135,31 @@ def test_the_jobs_own_count_of_input_rows_wins_and_scales_the_rates() -> None:
     row = batch_row({**thrice, "processedRowsPerSecond": 90.0}, "bronze", {"input_rows": 120})
     assert row["input_rows"] == 120
     assert row["input_rows_per_second"] == 40.0 and row["processed_rows_per_second"] == 30.0
+
+
+def test_a_model_run_or_check_is_recorded_as_its_walk_result_says() -> None:
+    ran = NodeResult(
+        "gold.sensor_hourly", "model", "warn", "2026-11-26T03:00:00.000+00:00",
+        "2026-11-26T03:00:02.500+00:00", 2.5, rows_written=40, quarantined=2,
+        message="incremental, 2 rows quarantined",
+    )  # fmt: skip
+    row = node_row(ran)
+    assert row["started_at"] == datetime(2026, 11, 26, 3, tzinfo=UTC)
+    assert (row["duration_ms"], row["status"]) == (2500, "warn")
+    assert row["rows_written"] == {"gold.sensor_hourly": 40} and row["quarantined_rows"] == 2
+    checked = NodeResult(
+        "check:silver.sessions", "check", "error", ran.started_at, "", 1.0,
+        rows_read=9, failures=1, message="x (fail): unexpected 1\nmore",
+    )  # fmt: skip
+    row = node_row(checked)
+    assert (row["input_rows"], row["rows_written"]) == (9, None)
+    assert row["message"] == "x (fail): unexpected 1"
+
+
+def test_spans_and_sizes_read_as_a_person_reads_them() -> None:
+    assert [duration(s) for s in (41, 3 * 3600 + 300, 2 * 86400 + 4 * 3600)] == [
+        "0m 41s",
+        "3h 05m",
+        "2d 4h",
+    ]
+    assert [size(n) for n in (812, 3.25 * 2**20)] == ["812 B", "3.2 MiB"]
