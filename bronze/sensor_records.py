@@ -8,6 +8,8 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 
 from __future__ import annotations
 
+import threading
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -120,11 +122,13 @@ def run(
     continuous: bool = False,
     after_batch: AfterBatch = nothing_after_batch,
     full_refresh: bool = False,
+    stop: threading.Event | None = None,
 ) -> RunStats:
     """Ingest to the current end of the topics (or until stopped, with `continuous`);
     `after_batch` runs in each batch once its writes are done, under the stream's leases.
     `full_refresh` ingests again from Kafka's earliest offsets into a new table on a new
-    checkpoint, if Kafka still holds every record bronze does."""
+    checkpoint, if Kafka still holds every record bronze does. `stop`: see
+    `run_foreach_batch`."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
@@ -168,7 +172,9 @@ def run(
         )
         interval = settings.bronze.trigger_interval if continuous else None
         recorded = ("bronze", progress.create(spark, settings.storage, "bronze"))
-        return run_foreach_batch(source, NAME, checkpoint, write, interval, progress_to=recorded)
+        return run_foreach_batch(
+            source, NAME, checkpoint, write, interval, progress_to=recorded, stop=stop
+        )
 
 
 def _empty(spark: SparkSession, path: str) -> bool:

@@ -9,6 +9,7 @@ root moved), the name is pointed at the settings' one.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable
 from functools import reduce
 from typing import Any
@@ -26,17 +27,24 @@ def register(
 ) -> None:
     """Make `name` (`<layer>.<table>`) name the Delta table at `location`."""
     layer = name.split(".", 1)[0]
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
-    registered = location_of(spark, name)
-    if registered is not None and same_place(registered, location):
-        return
-    if registered is not None:
-        # An external table: dropping the name leaves the data where it is. Dropped in the
-        # metastore itself: Spark's DROP TABLE would open the old table, whose storage may
-        # be gone (a lake moved off a server that is down) and retried for minutes.
-        echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
-        _metastore(spark).dropTable(layer, name.split(".", 1)[1], True, False)
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
+    with _DDL:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
+        registered = location_of(spark, name)
+        if registered is not None and same_place(registered, location):
+            return
+        if registered is not None:
+            # An external table: dropping the name leaves the data where it is. Dropped in
+            # the metastore itself: Spark's DROP TABLE would open the old table, whose
+            # storage may be gone (a lake moved off a server that is down) and retried for
+            # minutes.
+            echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
+            _metastore(spark).dropTable(layer, name.split(".", 1)[1], True, False)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
+
+
+_DDL = threading.RLock()
+"""The parts of `run all` name their tables from threads of one process: the metastore's
+`IF NOT EXISTS` and `OR REPLACE` check, then create, so two at once may both create."""
 
 
 def register_lake(spark: SparkSession, root: str) -> list[str]:
@@ -125,4 +133,5 @@ def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
     location: this lake's only, never another lake's of the same name, on storage now gone."""
     named = [name for name, location in tables.items() if names(spark, name, location)]
     union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
-    spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+    with _DDL:
+        spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")

@@ -62,7 +62,8 @@ class Live:
 
     def __init__(self, label: str) -> None:
         self.label = label
-        self.on = sys.stdout.isatty()
+        # One live line at a time: the main thread's (streams run side by side on others).
+        self.on = sys.stdout.isatty() and threading.current_thread() is threading.main_thread()
         self.started = time.monotonic()
         self.drawn = 0.0
         self.shown = False

@@ -30,6 +30,11 @@ class Explained(LakehouseError):
     before Spark turns it into a Python traceback's text): its message is the line."""
 
 
+class Unavailable(Explained):
+    """A service that did not answer (the broker, object storage) or an executor lost: a
+    failure a restart may outlive, where any other failure would fail again."""
+
+
 @dataclass(frozen=True)
 class Thrown:
     """One exception of a failure's cause chain, outermost first."""
@@ -84,6 +89,25 @@ def describe(chain: list[Thrown], checkpoint: str = "its checkpoint") -> str | N
     return None
 
 
+def transient(error: BaseException | str) -> bool:
+    """Whether a restart from the checkpoint may outlive `error`: a service that did not
+    answer, Kafka timing out, an executor lost. Never the project's own refusals (a `fail`
+    expectation, a lease held elsewhere, a checkpoint that does not fit), a loss of Kafka
+    data or a state schema: they fail the same way again."""
+    if isinstance(error, LakehouseError):
+        return isinstance(error, Unavailable)
+    chain = cause_chain(error)
+    own = [t for t in chain if t.name.startswith(_OWN_PACKAGES)]
+    if own:  # the project's own word, raised in a batch and read back from its trace
+        return own[-1].name == _UNAVAILABLE
+    if _state_schema(chain, "") or _kafka_data_loss(chain, ""):
+        return False
+    return any(
+        t.name in _NO_ANSWER or t.name in _RETRIABLE or _LOST_EXECUTOR.search(t.message)
+        for t in chain
+    )
+
+
 def first_line(error: BaseException | str) -> str:
     text = error if isinstance(error, str) else _text(error)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -130,6 +154,23 @@ _NO_ANSWER = (
     "botocore.exceptions.ReadTimeoutError",
     "botocore.exceptions.ConnectionClosedError",
 )
+# Failures of a client that a later call may not meet: Kafka's retriable errors, S3A's
+# and the AWS SDK's for a request that got no (or a server's) answer.
+_RETRIABLE = (
+    "org.apache.kafka.common.errors.TimeoutException",
+    "org.apache.kafka.common.errors.DisconnectException",
+    "org.apache.kafka.common.errors.NetworkException",
+    "org.apache.kafka.common.errors.NotLeaderOrFollowerException",
+    "org.apache.kafka.common.errors.LeaderNotAvailableException",
+    "org.apache.hadoop.fs.s3a.AWSClientIOException",
+    "org.apache.hadoop.fs.s3a.AWSStatus500Exception",
+    "org.apache.hadoop.fs.s3a.AWSServiceThrottledException",
+    "software.amazon.awssdk.core.exception.SdkClientException",
+    "software.amazon.awssdk.core.exception.ApiCallTimeoutException",
+    "software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException",
+)
+_LOST_EXECUTOR = re.compile(r"ExecutorLostFailure|executor \S+ (?:was )?lost", re.I)
+_UNAVAILABLE = f"{__name__}.{Unavailable.__name__}"
 # The SQL guard (jvm/src/lakehouse/sql) refuses a plan with this class, worded `read-only: `.
 _GUARD = "java.lang.UnsupportedOperationException"
 _STATE_SCHEMA = re.compile(r"STATE_STORE_\w*SCHEMA\w*NOT_COMPATIBLE|STATE_VERSION_MISMATCH\w*")
@@ -158,7 +199,7 @@ def _own_error(chain: list[Thrown], _checkpoint: str) -> str | None:
     if not own:
         return None
     last = own[-1]
-    if last.name == f"{__name__}.{Explained.__name__}":
+    if last.name in (f"{__name__}.{Explained.__name__}", _UNAVAILABLE):
         return last.message
     return f"{last.name.rsplit('.', 1)[-1]}: {last.message}"
 

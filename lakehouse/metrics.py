@@ -101,10 +101,22 @@ NODE_SECONDS = Gauge(
     registry=REGISTRY,
 )
 
+RESTARTS = Counter(
+    "lakehouse_restarts",
+    "Parts of `run all` restarted after a transient failure",
+    _NODE,
+    registry=REGISTRY,
+)
+
 
 def observe(row: Mapping[str, Any]) -> None:
     """Count one progress row (progress.py's columns) into the metrics."""
     node = row["node"]
+    if row["status"] == "restarted":  # an event of `run all`, not a batch or a run
+        RESTARTS.labels(node).inc()
+        return
+    if row["kind"] == "stream" and row.get("batch_id") is None:  # a stream failed for good
+        return
     for table, rows in (row.get("rows_written") or {}).items():
         ROWS_WRITTEN.labels(node, table).inc(rows)
     QUARANTINED.labels(node).inc(row.get("quarantined_rows") or 0)
@@ -135,7 +147,7 @@ def observe(row: Mapping[str, Any]) -> None:
         WATERMARK.labels(node).set(_unix(row["watermark"]))
 
 
-SERVERS = ("bronze", "silver", "gold", "build")
+SERVERS = ("bronze", "silver", "gold", "build", "all")
 """What serves metrics, each at its own port from `metrics.port` on, so that the streams
 and gold run side by side (`run bronze --continuous &`, `run silver --continuous &`)."""
 

@@ -10,6 +10,7 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -44,8 +45,11 @@ class Stream:
     checkpoint: str
     writes: tuple[str, ...]
     """Every table it writes: while it runs, it holds their leases on S3 and compacts them."""
-    run: Callable[[SparkSession, Settings, bool, frozenset[str] | None, bool], RunStats]
-    """`run(spark, settings, continuous, trace, full_refresh)`."""
+    run: Callable[
+        [SparkSession, Settings, bool, frozenset[str] | None, bool, threading.Event | None],
+        RunStats,
+    ]
+    """`run(spark, settings, continuous, trace, full_refresh, stop)`."""
     summary: Callable[[SparkSession, Settings, RunStats], list[str]]
 
 
@@ -55,12 +59,13 @@ STREAMS = {
         "kafka",
         sensor_records.CHECKPOINT,
         sensor_records.WRITES,
-        lambda spark, settings, continuous, _trace, full_refresh: sensor_records.run(
+        lambda spark, settings, continuous, _trace, full_refresh, stop: sensor_records.run(
             spark,
             settings,
             continuous,
             compaction.between_batches(spark, settings, sensor_records.WRITES, READERS),
             full_refresh,
+            stop,
         ),
         sensor_records.summary,
     ),
@@ -69,13 +74,14 @@ STREAMS = {
         sensor_records.NAME,
         reconstruct.CHECKPOINT,
         reconstruct.WRITES,
-        lambda spark, settings, continuous, trace, full_refresh: reconstruct.run(
+        lambda spark, settings, continuous, trace, full_refresh, stop: reconstruct.run(
             spark,
             settings,
             continuous,
             trace,
             compaction.between_batches(spark, settings, reconstruct.WRITES, READERS),
             full_refresh,
+            stop,
         ),
         reconstruct.summary,
     ),
@@ -218,6 +224,8 @@ class NodeRunner:
     rebuild_streams: bool = False
     """Streams: start a new checkpoint whose first batch replaces their tables."""
     since: str | None = None
+    stop: threading.Event | None = None
+    """Streams: set, they stop after their running batch (default: on SIGINT, SIGTERM)."""
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
     _held: ExitStack = field(default_factory=ExitStack)
@@ -232,7 +240,7 @@ class NodeRunner:
     def _stream(self, node: Node) -> Done:
         stream = STREAMS[node.name]
         stats = stream.run(
-            self.spark, self.settings, self.continuous, self.trace, self.rebuild_streams
+            self.spark, self.settings, self.continuous, self.trace, self.rebuild_streams, self.stop
         )
         lines = stream.summary(self.spark, self.settings, stats)
         for line in lines:

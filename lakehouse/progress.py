@@ -40,7 +40,8 @@ PROGRESS_COLUMNS = """
     batch_id BIGINT COMMENT 'micro-batch of the stream; null for models and checks',
     started_at TIMESTAMP NOT NULL COMMENT 'when the batch (its trigger) or the node began (UTC)',
     duration_ms BIGINT COMMENT 'how long it took: the whole trigger of a batch, the whole node',
-    status STRING NOT NULL COMMENT 'success, warn or error',
+    status STRING NOT NULL COMMENT
+        'success, warn or error; restarted: run all restarted it after a transient failure',
     input_rows BIGINT COMMENT 'rows read: by the batch, by a model from its inputs, by a check',
     input_rows_per_second DOUBLE COMMENT 'rate at which rows arrived since the last batch',
     processed_rows_per_second DOUBLE COMMENT 'rate at which the batch processed its rows',
@@ -316,8 +317,7 @@ NODE_WRITERS = {"model": "gold", "check": "check"}
 
 def record_nodes(spark: SparkSession, settings: Settings, results: Sequence[NodeResult]) -> None:
     """Count the model runs and checks of a walk into the metrics and append them to their
-    writers' progress tables, one commit per writer; failing to is a line, not a failed
-    walk."""
+    writers' progress tables, one commit per writer."""
     by_writer: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in results:
         if result.kind in NODE_WRITERS and result.status != "skipped":
@@ -325,12 +325,35 @@ def record_nodes(spark: SparkSession, settings: Settings, results: Sequence[Node
             metrics.observe(row)
             by_writer[NODE_WRITERS[result.kind]].append(row)
     for writer, rows in by_writer.items():
-        spec = progress_table(writer)
-        try:
-            with lease.holding(settings, [spec.name], spec.writer):
-                append(spark, create(spark, settings.storage, writer), rows)
-        except Exception as error:
-            echo(f"{spec.name}: {len(rows)} rows not recorded: {first_line(explain(error))}")
+        _keep(spark, settings, writer, rows)
+
+
+def record_event(
+    spark: SparkSession, settings: Settings, node: str, kind: str, status: str, message: str
+) -> None:
+    """One row of what befell a part of `run all` outside any batch: restarted after a
+    transient failure, or failed for good."""
+    row = {
+        "node": node,
+        "kind": kind,
+        "started_at": datetime.now(UTC),
+        "batch_id": None,
+        "status": status,
+        "message": first_line(message),
+    }
+    metrics.observe(row)
+    _keep(spark, settings, node if kind == "stream" else NODE_WRITERS[kind], [row])
+
+
+def _keep(spark: SparkSession, settings: Settings, writer: str, rows: list[dict[str, Any]]) -> None:
+    """Append `rows` to the writer's progress table under its lease; failing to is a line,
+    never the failure of what they record."""
+    spec = progress_table(writer)
+    try:
+        with lease.holding(settings, [spec.name], spec.writer):
+            append(spark, create(spark, settings.storage, writer), rows)
+    except Exception as error:
+        echo(f"{spec.name}: {len(rows)} rows not recorded: {first_line(explain(error))}")
 
 
 def node_row(result: NodeResult) -> dict[str, Any]:

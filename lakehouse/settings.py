@@ -187,6 +187,21 @@ class GoldSettings:
     full_refresh_below_mb: float
     """A model whose inputs are smaller than this is rebuilt in full rather than
     incrementally: below it an incremental run's fixed costs exceed a full rebuild."""
+    every_seconds: float
+    """`run all --continuous`: gold's models run this often, beside the streams."""
+
+
+@dataclass(frozen=True)
+class SupervisionSettings:
+    """`run all --continuous`: how a part that failed on a transient cause is restarted."""
+
+    restarts: int
+    """At most this many restarts of one part within `window_seconds`; one more fails it."""
+    window_seconds: float
+    backoff_seconds: float
+    """The wait before the first restart in the window, doubled before each next one..."""
+    max_backoff_seconds: float
+    """... up to this."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +255,7 @@ class Settings:
     quality: QualitySettings
     metrics: MetricsSettings
     status: StatusSettings
+    supervision: SupervisionSettings
 
 
 def conf_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -17,7 +18,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from lakehouse import catalog, progress
 from lakehouse.console import Live, echo
 from lakehouse.delta import Txn
-from lakehouse.errors import Explained, LakehouseError, explain
+from lakehouse.errors import Explained, LakehouseError, Unavailable, explain, transient
 from lakehouse.lease import Held
 from lakehouse.spark import STATE_FORMAT, TRACE_FILE
 
@@ -37,12 +38,14 @@ def run_foreach_batch(
     trigger_interval: str | None,
     unlimited: DataFrame | None = None,
     progress_to: tuple[str, str] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
     `unlimited`, the same query without the source's read limits, is what a new
     checkpoint runs first, to the end of its input: its first batch takes all there is.
-    `progress_to`: (node, progress table URI) that records each batch's progress."""
+    `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
+    set, the query stops after its running batch (default: on SIGINT or SIGTERM)."""
     query_id: list[str] = []
     started = threading.Event()
     spark = frame.sparkSession
@@ -56,7 +59,8 @@ def run_foreach_batch(
         except Exception as error:
             # Explained here, where the JVM's exception is at hand: Spark passes a batch's
             # failure on as the text of its Python traceback.
-            raise Explained(explain(error, checkpoint)) from error
+            kind = Unavailable if transient(error) else Explained
+            raise kind(explain(error, checkpoint)) from error
 
     stats = RunStats()
 
@@ -74,7 +78,7 @@ def run_foreach_batch(
             recording = progress.StreamRecording(spark, *progress_to, query_id[0])
         started.set()
         trace = spark.conf.get(TRACE_FILE, None)
-        return await_query(query, name, checkpoint, trace, stats, recording)
+        return await_query(query, name, checkpoint, trace, stats, recording, stop)
 
     # A batch that a killed job left uncommitted is redone as planned, whole. Not
     # Trigger.Once, which ignores read limits too but runs one batch only: the batch
@@ -163,21 +167,10 @@ class RunStats:
     """A stop was asked for (SIGINT/SIGTERM) while the query ran."""
 
 
-def await_query(
-    query: StreamingQuery,
-    label: str,
-    checkpoint: str,
-    trace_file: str | None = None,
-    stats: RunStats | None = None,
-    recording: progress.StreamRecording | None = None,
-) -> RunStats:
-    """Wait for the query to end, printing each batch; SIGINT/SIGTERM stop it cleanly.
-    `stats` of an earlier query of the same run are added to; `recording` keeps each
-    batch's progress as it goes, and what is left once the query ended.
-
-    A clean stop waits for the running batch to commit, so a restart redoes at most a
-    batch that had just begun (within the second this loop polls).
-    """
+@contextmanager
+def stopping_on_signals(label: str) -> Iterator[threading.Event]:
+    """An event SIGINT and SIGTERM set while the block runs (in the main thread), instead
+    of ending the process: what a job waits on to stop cleanly."""
     stop = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -186,6 +179,33 @@ def await_query(
         stop.set()
 
     previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def await_query(
+    query: StreamingQuery,
+    label: str,
+    checkpoint: str,
+    trace_file: str | None = None,
+    stats: RunStats | None = None,
+    recording: progress.StreamRecording | None = None,
+    stop: threading.Event | None = None,
+) -> RunStats:
+    """Wait for the query to end, printing each batch; `stop` set (by default, SIGINT or
+    SIGTERM) stops it cleanly. `stats` of an earlier query of the same run are added to;
+    `recording` keeps each batch's progress as it goes, and what is left once the query
+    ended.
+
+    A clean stop waits for the running batch to commit, so a restart redoes at most a
+    batch that had just begun (within the second this loop polls).
+    """
+    if stop is None:
+        with stopping_on_signals(label) as stop:
+            return await_query(query, label, checkpoint, trace_file, stats, recording, stop)
     stats = RunStats() if stats is None else stats
     seen_batch, started = -1, time.monotonic()
     finished_before_stop: int | None = None
@@ -231,10 +251,9 @@ def await_query(
             query.awaitTermination()
         except StreamingQueryException as error:
             where = f" (whole trace in {trace_file})" if trace_file else ""
-            raise LakehouseError(f"{label} failed: {explain(error, checkpoint)}{where}") from None
+            kind = Unavailable if transient(error) else LakehouseError
+            raise kind(f"{label} failed: {explain(error, checkpoint)}{where}") from None
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
             if recording is not None:
                 _close(recording, query)
     stats.seconds += time.monotonic() - started

@@ -10,6 +10,7 @@ transaction.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -330,10 +331,12 @@ def run(
     trace: frozenset[str] | None = None,
     after_batch: AfterBatch = nothing_after_batch,
     full_refresh: bool = False,
+    stop: threading.Event | None = None,
 ) -> RunStats:
     """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`);
     `after_batch` runs in each batch once its writes are done, under the stream's leases.
-    `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables."""
+    `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables.
+    `stop`: see `run_foreach_batch`."""
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the silver stream") as held:
         bronze_uri = settings.storage.table_uri(sensor_records.NAME)
@@ -436,7 +439,9 @@ def run(
         limited = sessions_from_bronze(settings.silver.max_files_per_trigger)
         whole = sessions_from_bronze(2**31 - 1)
         recorded = ("silver", progress.create(spark, settings.storage, "silver"))
-        return run_foreach_batch(limited, QUERY_NAME, checkpoint, write, interval, whole, recorded)
+        return run_foreach_batch(
+            limited, QUERY_NAME, checkpoint, write, interval, whole, recorded, stop
+        )
 
 
 def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:

@@ -4,26 +4,38 @@ state, compaction."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import pairs, spark_for
 from lakehouse.console import echo
 from lakehouse.errors import LakehouseError, explain
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakehouse.graph import Graph, Node
+    from lakehouse.pipeline import NodeRunner
+    from lakehouse.settings import Settings
+
 
 def add_commands(commands: Any) -> None:
     run = commands.add_parser(
         "run",
-        help="run a layer's job",
+        help="run a layer's job, or the whole pipeline (all)",
         description="bronze and silver are streams: they process what is there now and stop, "
         "or keep running with --continuous; every compact.stream_every_batches batches they "
         "compact the tables they write. gold runs its models (gold/*.py) in dependency "
         "order, each incrementally: only the keys that silver changes since the model's last "
         "run touch are recomputed, and judged by its suite (expectations/gold/) before they "
-        "are written. Writes run_results.json under the state folder. To run and check the "
-        "whole pipeline in one application: `lakehouse build`.",
+        "are written. `all` runs the three in one Spark application; with --continuous, the "
+        "two streams side by side and gold every gold.every_seconds, each part restarted "
+        "after a transient failure (a broker or object storage that did not answer) within "
+        "the budget of `supervision` in conf, and every part stopped after its running batch "
+        "by Ctrl-C, SIGTERM or a lasting failure of one. Writes run_results.json under the "
+        "state folder. To run and check the whole pipeline once: `lakehouse build`.",
     )
-    run.add_argument("layer", choices=("bronze", "silver", "gold"))
+    run.add_argument("layer", choices=("bronze", "silver", "gold", "all"))
     run.add_argument(
         "--continuous",
         action="store_true",
@@ -113,34 +125,95 @@ def run_layer(args: argparse.Namespace) -> None:
     from lakehouse.cli.build import walk
     from lakehouse.graph import select
 
-    if args.layer != "gold" and args.select:
-        raise LakehouseError("--select applies to `run gold` only")
+    if args.layer not in ("gold", "all") and args.select:
+        raise LakehouseError("--select applies to `run gold` and `run all` only")
     if args.layer == "gold" and (args.continuous or args.trace is not None):
         raise LakehouseError("gold is a batch job: --continuous and --trace do not apply")
     if args.layer == "bronze" and args.trace is not None:
-        raise LakehouseError("--trace applies to `run silver` only")
+        raise LakehouseError("--trace applies to `run silver` and `run all` only")
+    if args.layer == "all" and args.full_refresh:
+        raise LakehouseError("--full-refresh applies to one layer: `run bronze --full-refresh`")
     settings, spark = spark_for(args, args.layer)
     metrics.serve(settings.metrics, args.layer)
     graph = pipeline.graph(settings)
-    if args.layer == "gold":
-        only_models = [f"{s},layer:gold,type:model" for s in args.select]
-        nodes = select(graph, only_models or ["layer:gold,type:model"])
-    else:
-        nodes = select(graph, [args.layer])
+    models = select(
+        graph, [f"{s},layer:gold,type:model" for s in args.select] or ["layer:gold,type:model"]
+    )
     trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
+    if args.layer == "all" and args.continuous:
+        return run_all_continuously(spark, settings, graph, models, trace, args)
+    nodes = {"gold": models, "all": [*select(graph, ["bronze", "silver"]), *models]}.get(
+        args.layer
+    ) or select(graph, [args.layer])
     runner = pipeline.NodeRunner(
         spark, settings, args.continuous, trace, args.full_refresh, args.full_refresh
     )
     results = walk(settings, graph, nodes, runner, args)
-    if args.layer == "gold":
-        runs = runner.model_runs
-        modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
-        echo(
-            f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
-            f"{sum(r.seconds for r in runs):.1f}s"
-        )
+    if args.layer in ("gold", "all"):
+        echo(gold_summary(runner))
     if failed := next((r.error for r in results if r.error is not None), None):
         raise failed  # the job's own one line, as a job that failed says it
+
+
+def gold_summary(runner: NodeRunner) -> str:
+    """`gold: 3 models (incremental=2, unchanged=1), 12.3s`: what a walk's models did."""
+    runs = runner.model_runs
+    modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
+    return (
+        f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
+        f"{sum(r.seconds for r in runs):.1f}s"
+    )
+
+
+def run_all_continuously(
+    spark: SparkSession,
+    settings: Settings,
+    graph: Graph,
+    models: list[Node],
+    trace: frozenset[str] | None,
+    args: argparse.Namespace,
+) -> None:
+    """The streams side by side and gold on its schedule, supervised, until stopped."""
+    from lakehouse import pipeline, progress
+    from lakehouse.cli.build import walk
+    from lakehouse.graph import select
+    from lakehouse.streaming import stopping_on_signals
+    from lakehouse.supervisor import Part, every, supervise
+
+    def stream(node: Node) -> Part:
+        session = spark.newSession()
+
+        def run(stop: threading.Event) -> None:
+            pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
+
+        return Part(node.name, run)
+
+    gold_session = spark.newSession()
+
+    def gold() -> None:
+        runner = pipeline.NodeRunner(gold_session, settings)
+        results = walk(settings, graph, models, runner, args)
+        echo(gold_summary(runner))
+        if failed := next((r.error for r in results if r.error is not None), None):
+            raise failed
+
+    def record(part: str, status: str, message: str) -> None:
+        kind = "stream" if part in pipeline.STREAMS else "model"
+        progress.record_event(spark, settings, part, kind, status, message)
+
+    echo(
+        f"run all: the bronze and silver streams, and {len(models)} gold models every "
+        f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
+    )
+    with stopping_on_signals("run all") as stop:
+        parts = [stream(n) for n in select(graph, ["bronze", "silver"])]
+        parts.append(Part("gold", every(settings.gold.every_seconds, gold)))
+        failure = supervise(parts, settings.supervision, stop, record)
+    if failure is not None:
+        raise LakehouseError(
+            f"{failure.part} failed: {failure.line}; every other part stopped after its "
+            "running batch"
+        )
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lakehouse import jars
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.errors import LakehouseError, Unavailable, explain
 from lakehouse.services import process
 from lakehouse.settings import EMBEDDED, Settings
 
@@ -195,4 +195,4 @@ def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
             failures.append(f"{server.strip()} ({error.strerror or error})")
         except ValueError:
             failures.append(f"{server.strip()} (not host:port)")
-    raise LakehouseError(f"Kafka is unreachable: {'; '.join(failures)}")
+    raise Unavailable(f"Kafka is unreachable: {'; '.join(failures)}")

@@ -1,0 +1,212 @@
+"""`lakehouse run all --continuous`: the streams and gold's schedule in one application,
+stopped mid-batch and restarted, with the broker stopped under it, and stopped for good by
+a `fail` expectation, each against the real broker, Spark and Delta."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import produce
+from lakehouse.services.kafka import EmbeddedKafka
+from lakehouse.settings import Settings
+from tests.integration.test_bronze import as_tuples, consume_all
+from tests.integration.test_silver import assert_matches, silver_tables, small_spec
+from tests.silver import reference
+from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
+
+pytestmark = pytest.mark.integration
+
+FAULTS = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
+FAST = {
+    "bronze__trigger_interval": "1 second",
+    "silver__trigger_interval": "1 second",
+    "gold__every_seconds": "10",
+}
+
+
+class Console:
+    """A running job's output, read as it comes (a pipe left unread would block it)."""
+
+    def __init__(self, job: subprocess.Popen[str]) -> None:
+        self.job, self.lines = job, list[str]()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.job.stdout is not None
+        for line in self.job.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self, timeout_s: float = 180) -> int:
+        """SIGTERM, then the exit code once the job ended."""
+        self.job.send_signal(signal.SIGTERM)
+        return self.wait(timeout_s)
+
+    def wait(self, timeout_s: float = 180) -> int:
+        try:
+            code = self.job.wait(timeout_s)
+        finally:
+            self.job.kill()
+        self._reader.join(10)
+        return code
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, job: Console) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert job.job.poll() is None, f"the job ended waiting for {what}:\n{job.text[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s}s:\n{job.text[-3000:]}"
+        time.sleep(0.2)
+
+
+def batches(folder: Path) -> set[int]:
+    return {int(p.name) for p in folder.glob("[0-9]*")} if folder.exists() else set()
+
+
+def in_flight(checkpoint: Path) -> int | None:
+    """The batch a stream planned and has not committed, if one."""
+    running = batches(checkpoint / "offsets") - batches(checkpoint / "commits")
+    return max(running, default=None)
+
+
+def assert_exact(spark: SparkSession, settings: Settings, bootstrap: str, prefix: str) -> None:
+    """Bronze holds every record in Kafka once; silver equals the reference built from them."""
+    bronze = spark.read.format("delta").load(settings.storage.table_uri("bronze.sensor_records"))
+    rows = as_tuples(bronze.collect())
+    in_kafka = consume_all(bootstrap, prefix)
+    assert len(rows) == len(set(rows)) and set(rows) == in_kafka
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in in_kafka])
+    assert_matches(silver_tables(spark, settings), expected)
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory, kafka_bootstrap: str) -> tuple[Path, str]:
+    return tmp_path_factory.mktemp("run-all"), "all.sensors."
+
+
+def test_stopped_mid_batch_and_restarted_it_equals_the_uninterrupted_result(
+    spark: SparkSession, kafka_bootstrap: str, lake: tuple[Path, str]
+) -> None:
+    root, prefix = lake
+    env = overrides(root, kafka_bootstrap, prefix, **FAST)
+    settings = settings_for(root, kafka_bootstrap, prefix, **FAST)
+    silver = root / "lake" / "_checkpoints" / "silver" / "sessions_stream"
+    produce(small_spec(31, FAULTS, topic_prefix=prefix), kafka_bootstrap)
+    job = Console(start_lakehouse("run", "all", "--continuous", env=env))
+    try:
+        wait_for(lambda: 0 in batches(silver / "commits"), 240, "silver's first batch", job)
+        produce(small_spec(32, FAULTS, first_sensor=3, topic_prefix=prefix), kafka_bootstrap)
+        wait_for(lambda: in_flight(silver) is not None, 120, "a silver batch in flight", job)
+        stopped_in = in_flight(silver)
+        code = job.stop()
+    finally:
+        job.job.kill()
+
+    assert code == 0, job.text[-3000:]
+    assert "run all: SIGTERM received, stopping after this batch" in job.text
+    assert stopped_in in batches(silver / "commits"), "the batch running at SIGTERM committed"
+    assert not foreign_lines(job.text), job.text
+    produce(small_spec(33, FAULTS, first_sensor=5, topic_prefix=prefix), kafka_bootstrap)
+    rerun = run_lakehouse("run", "all", env=env, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert_exact(spark, settings, kafka_bootstrap, prefix)
+
+
+def test_a_fail_expectation_stops_every_part_with_its_line(
+    spark: SparkSession, kafka_bootstrap: str, lake: tuple[Path, str]
+) -> None:
+    root, prefix = lake
+    suites = root / "expectations"
+    shutil.copytree(PROJECT_ROOT / "expectations", suites, dirs_exist_ok=True)
+    sessions = suites / "silver" / "sessions.json"
+    suite = json.loads(sessions.read_text())
+    suite["expectations"].append(
+        {
+            "name": "no_sensor_9",
+            "severity": "fail",
+            "type": "unexpected_rows_expectation",
+            "kwargs": {
+                "unexpected_rows_query": "SELECT * FROM {batch} WHERE sensor_id = 'sensor-009'"
+            },
+        }
+    )
+    sessions.write_text(json.dumps(suite))
+    env = overrides(root, kafka_bootstrap, prefix, quality__suites=str(suites), **FAST)
+    settings = settings_for(root, kafka_bootstrap, prefix)
+    job = Console(start_lakehouse("run", "all", "--continuous", env=env))
+    produce(small_spec(34, {}, sensors=1, first_sensor=9, topic_prefix=prefix), kafka_bootstrap)
+    code = job.wait(300)
+
+    assert code == 1, job.text[-3000:]
+    last = job.text.strip().splitlines()[-1]
+    assert last.startswith("lakehouse: error: silver failed: ") and "no_sensor_9 (fail)" in last
+    assert last.endswith("every other part stopped after its running batch"), last
+    progress = spark.read.format("delta").load(settings.storage.table_uri("ops.silver_progress"))
+    (event,) = progress.where("status = 'error'").collect()
+    assert event.batch_id is None and "no_sensor_9" in event.message
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
+    """A broker of the test's own: the test stops it."""
+    broker = EmbeddedKafka(tmp_path / "kafka")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.mark.faults
+def test_the_broker_stopped_for_20_seconds_loses_and_doubles_nothing(
+    spark: SparkSession, own_broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    prefix = "restart.sensors."
+    bootstrap = own_broker.start()
+    env = overrides(tmp_path, bootstrap, prefix, **FAST)
+    settings = settings_for(tmp_path, bootstrap, prefix, **FAST)
+    bronze = spark.read.format("delta")
+    first = produce(small_spec(41, FAULTS, topic_prefix=prefix), bootstrap)
+    job = Console(start_lakehouse("run", "all", "--continuous", env=env))
+    try:
+        table = settings.storage.table_uri("bronze.sensor_records")
+        silver = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream"
+        wait_for(lambda: 0 in batches(silver / "commits"), 240, "silver's first batch", job)
+        assert bronze.load(table).count() == first.records
+        own_broker.stop()
+        time.sleep(20)
+        own_broker.start()
+        second = produce(small_spec(42, FAULTS, first_sensor=3, topic_prefix=prefix), bootstrap)
+        total = first.records + second.records
+        wait_for(lambda: bronze.load(table).count() >= total, 300, "bronze to catch up", job)
+        expected = reference.reconstruct(
+            [(t, p, o, v) for t, p, o, _, v, _ in consume_all(bootstrap, prefix)]
+        )
+        wait_for(
+            lambda: silver_tables(spark, settings).sessions == expected.sessions,
+            300,
+            "silver to catch up",
+            job,
+        )
+        code = job.stop()
+    finally:
+        job.job.kill()
+
+    assert code == 0, job.text[-3000:]
+    assert_exact(spark, settings, bootstrap, prefix)
+    restarts = job.text.count("restarting in")
+    progress = spark.read.format("delta").load(settings.storage.table_uri("ops.bronze_progress"))
+    assert progress.where("status = 'restarted'").count() == restarts, job.text
