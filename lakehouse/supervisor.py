@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lakehouse.console import echo
-from lakehouse.errors import explain, transient
+from lakehouse.errors import LakehouseError, explain, transient
 from lakehouse.settings import SupervisionSettings
 
 
@@ -80,7 +80,7 @@ def supervise(
                 return  # stopped
             except Exception as error:
                 failed = error
-            line = explain(failed)
+            line = str(failed) if isinstance(failed, LakehouseError) else explain(failed)
             wait = budget.next_wait(time.monotonic()) if transient(failed) else None
             if stop.is_set() and wait is not None:
                 return  # a transient failure while stopping: nothing to restart

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import signal
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
 from lakehouse.settings import StorageSettings
-from tests.support import overrides, run_lakehouse, settings_for, start_lakehouse
+from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -202,50 +200,6 @@ def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
     assert sorted(bronze_rows(spark, path)) == bronze
     reconstruct.run(spark, settings)  # finds bronze replaced under it
     assert silver_tables(spark, settings) == silver
-
-
-def delta_commits(table: Path) -> int:
-    return len(list((table / "_delta_log").glob("*.json")))
-
-
-def wait_for(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.5)
-
-
-def test_topic_created_while_the_stream_runs_is_ingested_and_ctrl_c_stops_cleanly(
-    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    prefix = "grow.sensors."
-    first = produce(spec(prefix, sensors=2), kafka_bootstrap)
-    env = overrides(tmp_path, kafka_bootstrap, prefix, bronze__trigger_interval="1 second")
-    table = tmp_path / "lake" / "bronze" / "sensor_records"
-    job = start_lakehouse("run", "bronze", "--continuous", env=env)
-    try:
-        wait_for(lambda: delta_commits(table) >= 2, 180, "the first batch")
-        late = produce(spec(prefix, sensors=1, first_sensor=7), kafka_bootstrap)
-        new_topic = f"{prefix}sensor-007"
-        wait_for(
-            lambda: (
-                spark.read.format("delta")
-                .load(table.as_uri())
-                .where(f"topic = '{new_topic}'")
-                .count()
-                == late.records
-            ),
-            120,
-            f"records of {new_topic}",
-        )
-        job.send_signal(signal.SIGINT)
-        output, _ = job.communicate(timeout=120)
-    finally:
-        job.kill()
-    assert job.returncode == 0, output
-    assert "stopping after this batch" in output
-    assert spark.read.format("delta").load(table.as_uri()).count() == first.records + late.records
 
 
 def test_broker_down_fails_fast_with_one_clear_line(tmp_path: Path) -> None:

@@ -1,0 +1,95 @@
+"""Supervision of `run all`'s parts: which failures are restarted, how often and after how
+long, and that a lasting failure of one part stops the others. Parts here are plain
+Python callables: what is judged is the supervisor's logic, not Spark's."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from lakehouse.errors import LakehouseError, Unavailable, transient
+from lakehouse.settings import SupervisionSettings
+from lakehouse.supervisor import Budget, Part, supervise
+
+POLICY = SupervisionSettings(
+    restarts=3, window_seconds=60, backoff_seconds=0.01, max_backoff_seconds=0.02
+)
+
+
+def test_waits_double_up_to_the_cap_and_the_budget_is_spent_within_the_window() -> None:
+    budget = Budget(SupervisionSettings(4, 60, backoff_seconds=2, max_backoff_seconds=10))
+
+    assert [budget.next_wait(t) for t in (0, 1, 2, 3, 4)] == [2, 4, 8, 10, None]
+    assert budget.next_wait(61) == 10  # the first restart left the window: one more in it
+    assert budget.next_wait(61) is None
+
+
+def test_transient_failures_are_services_that_did_not_answer_not_the_projects_refusals() -> None:
+    broker_down = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: Query failed\n"
+        "Caused by: org.apache.kafka.common.errors.TimeoutException: Timed out waiting"
+    )
+    data_loss = (
+        "org.apache.spark.sql.streaming.StreamingQueryException: [KAFKA_DATA_LOSS.X] lost\n"
+        "Caused by: java.net.ConnectException: Connection refused"
+    )
+    in_a_batch = "lakehouse.errors.Unavailable: object storage did not answer"
+    expectation = "lakehouse.quality.gates.ExpectationFailed: at_most_ten (fail) failed"
+
+    assert transient(broker_down) and transient(in_a_batch)
+    assert transient(Unavailable("Kafka is unreachable: 127.0.0.1:9"))
+    assert not transient(data_loss)
+    assert not transient(expectation)
+    assert not transient(LakehouseError("bronze holds records but its checkpoint is new"))
+    assert not transient(ValueError("a bug"))
+
+
+def test_a_transient_failure_restarts_its_part_and_says_so() -> None:
+    stop, runs, events = threading.Event(), [], []
+
+    def flaky(stop: threading.Event) -> None:
+        runs.append(time.monotonic())
+        if len(runs) < 3:
+            raise Unavailable("Kafka is unreachable: 127.0.0.1:9 (Connection refused)")
+        stop.set()  # as SIGTERM would
+
+    failure = supervise(
+        [Part("bronze", flaky)], POLICY, stop, lambda *event: events.append(event)
+    )
+
+    assert failure is None and len(runs) == 3
+    assert [status for _, status, _ in events] == ["restarted", "restarted"]
+    assert events[0][2] == "Kafka is unreachable: 127.0.0.1:9 (Connection refused)"
+
+
+def test_a_lasting_failure_of_one_part_stops_the_others() -> None:
+    stop, events, others_stopped = threading.Event(), [], threading.Event()
+
+    def failing(_stop: threading.Event) -> None:
+        time.sleep(0.05)
+        raise LakehouseError("silver.sessions batch 3: expectation no_sensor_9 (fail) failed")
+
+    def steady(stop: threading.Event) -> None:
+        stop.wait(30)
+        others_stopped.set()
+
+    failure = supervise(
+        [Part("bronze", steady), Part("silver", failing), Part("gold", steady)],
+        POLICY,
+        stop,
+        lambda *event: events.append(event),
+    )
+
+    assert failure is not None and failure.part == "silver"
+    assert failure.line == "silver.sessions batch 3: expectation no_sensor_9 (fail) failed"
+    assert others_stopped.is_set() and events == [("silver", "error", failure.line)]
+
+
+def test_a_part_failing_past_its_budget_gives_up_naming_the_restarts() -> None:
+    def always(_stop: threading.Event) -> None:
+        raise Unavailable("object storage did not answer")
+
+    failure = supervise([Part("silver", always)], POLICY, threading.Event(), lambda *_: None)
+
+    assert failure is not None
+    assert failure.line == "gave up after 3 restarts within 60s: object storage did not answer"
