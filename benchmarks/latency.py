@@ -1,10 +1,12 @@
 """End-to-end latency at a steady rate: from a record's Kafka timestamp to the silver commit
 that holds it, and to the first scheduled gold run that includes that commit.
 
-The embedded broker, then `lakehouse run bronze --continuous` and `lakehouse run silver
---continuous` as their own processes (as they would be deployed, trigger intervals and
-in-stream validation from conf/base.yaml), and `lakehouse run gold` every `--gold-every`
-seconds, as a scheduler would. A warm-up of 10,000 records goes through bronze, silver
+The embedded broker, then the pipeline as deployed (trigger intervals and in-stream
+validation from conf/base.yaml): `lakehouse run all --continuous`, one application with
+both streams and gold every `--gold-every` seconds; or, with `--separate`, the deployment
+before it: `lakehouse run bronze --continuous` and `lakehouse run silver --continuous` as
+their own processes and `lakehouse run gold` every `--gold-every` seconds, as a scheduler
+would start it. A warm-up of 10,000 records goes through bronze, silver
 and one gold run first, so that what is measured is a deployed pipeline, not JVM start-up
 and table creation. Then records are produced at `--rate` for `--seconds`; once silver
 holds them all, the jobs are stopped and the latencies of the measured records are read
@@ -15,6 +17,7 @@ version each gold run read and when it ended.
 
     python -m benchmarks.latency                          # 5,000 records/s for 2 minutes
     python -m benchmarks.latency --rate 1000 --seconds 60
+    python -m benchmarks.latency --separate               # three applications
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from silver import reconstruct, row_changes
 
 # The line `lakehouse run` prints after each batch (lakehouse/streaming.py).
 SILVER_READ = re.compile(rf"{re.escape(reconstruct.QUERY_NAME)}: batch \d+ .* ([\d,]+) this run")
+# The line `run all` prints after each run of gold (lakehouse/cli/jobs.py).
+GOLD_RAN = re.compile(r"^gold: \d+ models", re.M)
 
 
 def main() -> None:
@@ -54,6 +59,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5000, help="records per second")
     parser.add_argument("--seconds", type=float, default=120, help="how long to produce")
     parser.add_argument("--gold-every", type=float, default=60, help="seconds between gold runs")
+    parser.add_argument(
+        "--separate",
+        action="store_true",
+        help="bronze, silver and each gold run as applications of their own",
+    )
     args = parser.parse_args()
     records = int(args.rate * args.seconds)
     # 10 sensors, sessions of a 200-row snapshot and ~1,000 updates, 50 live at once
@@ -71,23 +81,33 @@ def main() -> None:
         with broker(root) as bootstrap:
             env = run_environ(root / "lake", bootstrap, quality__validate_streams="true")
             env["LAKEHOUSE__KAFKA__PARTITIONS"] = str(spec.partitions)
-            jobs = [job(root, env, "bronze"), job(root, env, "silver")]
+            env["LAKEHOUSE__GOLD__EVERY_SECONDS"] = str(args.gold_every)
+            layers = ("bronze", "silver") if args.separate else ("all",)
+            jobs = [job(root, env, layer) for layer in layers]
+            silver_log = root / f"{layers[-1]}.log"
             stop = threading.Event()
             gold = threading.Thread(target=schedule_gold, args=(root, env, args, stop))
             try:
                 print("warm-up: 10,000 records through bronze, silver and gold ...", flush=True)
                 warmup = produce(replace(spec, seed=spec.seed + 1, sessions_per_sensor=1),
                                  bootstrap, rate=args.rate)  # fmt: skip
-                wait_for_silver(root, warmup.records, jobs)
-                run_gold(root, env)
+                wait_for_silver(silver_log, warmup.records, jobs)
+                if args.separate:
+                    run_gold(root, env)
+                else:  # its own schedule: a run after silver's
+                    wait_for_gold_after_silver(silver_log, jobs)
                 measured_from = datetime.now(UTC)
                 print(f"producing {records:,} records at {args.rate:,.0f}/s ...", flush=True)
-                gold.start()
+                if args.separate:
+                    gold.start()
                 sent = produce(spec, bootstrap, rate=args.rate, progress=True)
                 print(sent.to_text().splitlines()[0], flush=True)
-                wait_for_silver(root, warmup.records + sent.records, jobs)
+                wait_for_silver(silver_log, warmup.records + sent.records, jobs)
+                if not args.separate:  # the run of gold that follows silver's last batch
+                    wait_for_gold_after_silver(silver_log, jobs)
                 stop.set()
-                gold.join()
+                if args.separate:
+                    gold.join()
             finally:
                 stop.set()
                 for process in jobs:
@@ -136,16 +156,32 @@ def run_gold(root: Path, env: dict[str, str]) -> None:
         )
 
 
+def wait_for_gold_after_silver(
+    log: Path, jobs: list[subprocess.Popen[bytes]], timeout: float = 600
+) -> None:
+    """Until `run all` ends a gold run after silver's last batch so far, from its log."""
+    text = log.read_text(errors="replace")
+    silver_at = max(m.end() for m in SILVER_READ.finditer(text))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in jobs):
+            raise RuntimeError(f"the job stopped before gold ran; see its log {log}")
+        if GOLD_RAN.search(log.read_text(errors="replace"), silver_at):
+            return
+        time.sleep(1)
+    raise TimeoutError(f"no gold run within {timeout:.0f}s")
+
+
 def wait_for_silver(
-    root: Path, records: int, jobs: list[subprocess.Popen[bytes]], timeout: float = 900
+    log: Path, records: int, jobs: list[subprocess.Popen[bytes]], timeout: float = 900
 ) -> None:
     """Until silver has read every produced record (all are valid here), from the count its
     job prints after each batch: polling a table would take CPU from the jobs measured."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(process.poll() is not None for process in jobs):
-            raise RuntimeError(f"a job stopped before silver caught up; see its log in {root}")
-        counts = SILVER_READ.findall((root / "silver.log").read_text(errors="replace"))
+            raise RuntimeError(f"a job stopped before silver caught up; see {log.parent}")
+        counts = SILVER_READ.findall(log.read_text(errors="replace"))
         if counts and int(counts[-1].replace(",", "")) >= records:
             return
         time.sleep(1)
@@ -192,7 +228,8 @@ def report(
     )
     silver_s = seconds_between(committed, F.unix_micros("at"))
     gold_s = seconds_between(in_gold, F.col("ended"))
-    print(f"\nrate {args.rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
+    deployed = "bronze, silver, gold apart" if args.separate else "run all"
+    print(f"\n{deployed}: rate {args.rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
           f"{args.gold_every:.0f}s")  # fmt: skip
     for label, (count, p50, p95, worst) in (("silver commit", silver_s), ("gold run", gold_s)):
         print(
