@@ -7,7 +7,9 @@ makes Delta skip the replay, which is what makes the sinks exactly-once.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -172,14 +174,30 @@ def merge(
 
 @contextmanager
 def _merge_txn(spark: SparkSession, txn: Txn) -> Iterator[None]:
-    """MERGE has no writer options; Delta reads the transaction from session settings."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+    """MERGE has no writer options; Delta reads the transaction from session settings.
+
+    A batch may run its MERGEs side by side, under its one transaction: the settings are
+    removed when the last of them ends, not when the first does."""
+    key = (id(spark), txn)
+    with _TXN_LOCK:
+        if _txn_users[key] == 0:
+            spark.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+            spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+        _txn_users[key] += 1
     try:
         yield
     finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        with _TXN_LOCK:
+            _txn_users[key] -= 1
+            if _txn_users[key] == 0:
+                del _txn_users[key]
+                spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+_TXN_LOCK = threading.Lock()
+_txn_users: Counter[tuple[int, Txn]] = Counter()
+"""MERGEs in flight per session and transaction."""
 
 
 def retry_on_conflict(write: Callable[[], T], what: str, attempts: int = 5) -> T:

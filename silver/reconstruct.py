@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -295,24 +296,61 @@ def load_state(row: tuple[Any, ...]) -> SessionState:
     return SessionState.from_json(row[-1])
 
 
-def with_raw_values(rejected: DataFrame, bronze: DataFrame) -> DataFrame:
-    """Violations with the bytes of their record: records read in the JVM reach Python as
-    typed columns only, so their bytes are looked up in bronze by lineage, where needed."""
-    missing = rejected.where(F.col("raw_value").isNull())
-    ranges = (
-        missing.groupBy("topic", "partition")
-        .agg(F.min("offset").alias("low"), F.max("offset").alias("high"))
+@dataclass(frozen=True)
+class Tally:
+    """What a batch's outputs hold, counted in the one job that fills its cache."""
+
+    rows: Counter[str]
+    """Rows per table."""
+    by_reason: Counter[str]
+    """Violations by reason."""
+    unread: list[tuple[str, int, int, int]]
+    """(topic, partition, low, high): offsets of violations whose record's bytes did not
+    reach Python (records read in the JVM), to be looked up in bronze."""
+
+
+def tally(batch: DataFrame) -> Tally:
+    """Count the batch's outputs: one small aggregate, so that a batch pays no job per
+    table to learn that it has nothing for it."""
+    violation = F.col("output") == violations.NAME
+    bytes_unread = violation & F.get_json_object(outputs.OTHER, "$.raw_value").isNull()
+    found = (
+        batch.groupBy(
+            "output",
+            F.when(violation, F.get_json_object(outputs.OTHER, "$.reason")).alias("reason"),
+            F.when(bytes_unread, F.col("topic")).alias("topic"),
+            F.when(bytes_unread, F.col("partition")).alias("partition"),
+        )
+        .agg(
+            F.count("*").alias("rows"), F.min("offset").alias("low"), F.max("offset").alias("high")
+        )
         .collect()
     )
+    rows, by_reason = Counter[str](), Counter[str]()
+    for r in found:
+        rows[r.output] += r.rows
+        if r.reason is not None:
+            by_reason[r.reason] += r.rows
+    unread = [(r.topic, r.partition, r.low, r.high) for r in found if r.topic is not None]
+    return Tally(rows, by_reason, unread)
+
+
+def with_raw_values(
+    rejected: DataFrame, bronze: DataFrame, ranges: list[tuple[str, int, int, int]]
+) -> DataFrame:
+    """Violations with the bytes of their record: records read in the JVM reach Python as
+    typed columns only, so their bytes are looked up in bronze by lineage, in `ranges`
+    (topic, partition, lowest and highest offset) of those lacking them."""
     if not ranges:
         return rejected
+    missing = rejected.where(F.col("raw_value").isNull())
     # Offset ranges per partition let Delta skip the files that cannot hold them.
     near = F.lit(False)
-    for r in ranges:
+    for topic, partition, low, high in ranges:
         near = near | (
-            (F.col("topic") == r.topic)
-            & (F.col("partition") == r.partition)
-            & F.col("offset").between(r.low, r.high)
+            (F.col("topic") == topic)
+            & (F.col("partition") == partition)
+            & F.col("offset").between(low, high)
         )
     found = bronze.where(near).select("topic", "partition", "offset", F.col("value").alias("found"))
     filled = missing.join(found, ["topic", "partition", "offset"], "left").select(
@@ -370,6 +408,57 @@ def run(
         )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
 
+        def write_tables(batch: DataFrame, txn: Txn, counted: Tally, written: set[str]) -> None:
+            """Judge and write the tables of `written` (with `silver.session_rows` from the
+            row changes) under the batch's transaction."""
+            rebuild = txn.version == 0
+            gate = gate_for(txn)
+            selected = {
+                spec.name: outputs.select(batch, spec, txn.version)
+                for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
+                if spec.name in written
+            }
+            if violations.NAME in selected:
+                selected[violations.NAME] = with_raw_values(
+                    selected[violations.NAME], bronze_now, counted.unread
+                )
+            admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
+            gate.refuse_failures(batch.sparkSession)
+
+            def appends() -> None:
+                gate.record(rebuild, batch.sparkSession)
+                for spec in (row_changes.TABLE, violations.TABLE, state_transitions.TABLE):
+                    if spec.name not in written:
+                        continue
+                    rows = admitted.get(spec.name)
+                    if rows is None:
+                        rows = outputs.select(batch, spec, txn.version)
+                    (delta.replace if rebuild else delta.append)(rows, uri[spec.name], txn)
+
+            def merge_rows() -> None:
+                changes = admitted.get(row_changes.NAME)
+                if changes is not None:
+                    # The workers marked each row's last change; a gate that quarantined
+                    # some changes leaves the rest to be ranked again.
+                    latest = None
+                    if changes is selected[row_changes.NAME]:
+                        marked = batch.where(F.col(outputs.LATEST))
+                        latest = outputs.select(marked, row_changes.TABLE, txn.version)
+                    session_rows.write(changes, uri[session_rows.NAME], txn, latest, rebuild)
+
+            def merge_sessions() -> None:
+                if sessions.NAME in admitted:
+                    sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn, rebuild)
+
+            # The tables are independent: while one thread appends, the others merge, so
+            # that each one's planning and commits (mostly waiting, on storage and on the
+            # driver) overlap the others' work. All write under the batch's one
+            # transaction (the MERGEs read theirs from session settings, the same for
+            # both), so none can give another a wrong one.
+            with ThreadPoolExecutor(max_workers=3) as pool:
+                for done in [pool.submit(w) for w in (appends, merge_rows, merge_sessions)]:
+                    done.result()
+
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
             # A checkpoint's first batch holds all of bronze (below): it replaces silver's
@@ -379,54 +468,14 @@ def run(
             # Every table and every expectation reads the same outputs: computed once.
             batch.persist()
             try:
-                gate = gate_for(txn)
-                selected = {
-                    spec.name: outputs.select(batch, spec, txn.version)
-                    for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
-                }
-                selected[violations.NAME] = with_raw_values(selected[violations.NAME], bronze_now)
-                admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
-                gate.commit(rebuild, batch.sparkSession)
-                changes = admitted[row_changes.NAME]
-
-                def appends() -> None:
-                    transitions = outputs.select(batch, state_transitions.TABLE, txn.version)
-                    rejected = admitted[violations.NAME]
-                    # The job that used to ask whether there are any, without a shuffle:
-                    # a batch rejects few records, and their reasons are all it brings back.
-                    by_reason = Counter(r[0] for r in rejected.select("reason").collect())
-                    progress.RECORDER.note(txn, violations=by_reason)
-                    for rows, spec in ((changes, row_changes.TABLE),
-                                       (rejected, violations.TABLE),
-                                       (transitions, state_transitions.TABLE)):  # fmt: skip
-                        if rebuild:
-                            delta.replace(rows, uri[spec.name], txn)
-                        # Most batches reject nothing and trace nothing: a commit of no
-                        # rows costs as much as a small one (a replay finds them empty again).
-                        elif (
-                            spec is row_changes.TABLE
-                            or (spec is violations.TABLE and by_reason)
-                            or (spec is state_transitions.TABLE and not rows.isEmpty())
-                        ):
-                            delta.append(rows, uri[spec.name], txn)
-
-                def merges() -> None:
-                    # The workers marked each row's last change; a gate that quarantined
-                    # some changes leaves the rest to be ranked again.
-                    latest = None
-                    if changes is selected[row_changes.NAME]:
-                        marked = batch.where(F.col(outputs.LATEST))
-                        latest = outputs.select(marked, row_changes.TABLE, txn.version)
-                    session_rows.write(changes, uri[session_rows.NAME], txn, latest, rebuild)
-                    sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn, rebuild)
-
-                # The tables are independent: while one thread appends, the other merges,
-                # so that each one's planning and commits overlap the other's work. Both
-                # write under the batch's one transaction (the MERGEs read theirs from
-                # session settings), so neither can give the other a wrong one.
-                with ThreadPoolExecutor(max_workers=2) as pool:
-                    for written in [pool.submit(appends), pool.submit(merges)]:
-                        written.result()
+                counted = tally(batch)
+                progress.RECORDER.note(txn, violations=counted.by_reason)
+                # Most batches that expire nothing and receive nothing (a batch the
+                # watermark ran) have nothing to write: not a job more (a replay finds the
+                # same nothing). A rebuild replaces every table, empty or not.
+                written = {s.name for s in outputs.TABLES if rebuild or counted.rows[s.name]}
+                if written:
+                    write_tables(batch, txn, counted, written)
             finally:
                 batch.unpersist()
             after_batch(txn.version, held)

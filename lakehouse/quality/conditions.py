@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakehouse.errors import LakehouseError
@@ -98,6 +98,44 @@ def row_condition(check: Check) -> Column | None:
     if query is None or _NOT_ONE_ROW.search(query["condition"]):
         return None
     return F.expr(query["condition"])
+
+
+ROWS = "lakehouse_rows"
+"""The count of a frame's rows among `unexpected_counts`."""
+
+
+def unexpected_counts(frame: DataFrame, checks: Sequence[Check]) -> dict[str, int] | None:
+    """How many rows of `frame` each of `checks` finds unexpected, as Great Expectations
+    counts them, and the frame's rows (`ROWS`): one aggregate over the frame, plus a count
+    per query that judges more than single rows. None if one of `checks` is not one this
+    module counts exactly (`mostly`, a type it does not state), for GX to judge.
+
+    Uniqueness counts every row whose key another row repeats; rows whose key values are
+    all null are not judged, as GX ignores them."""
+    counted: list[Column] = [F.count(F.lit(1)).alias(ROWS)]
+    queries: dict[str, str] = {}
+    judged = frame
+    for i, check in enumerate(checks):
+        if (condition := row_condition(check)) is not None:
+            counted.append(F.count_if(F.coalesce(condition, F.lit(False))).alias(check.name))
+        elif check.type in _UNIQUENESS and set(check.kwargs) <= {"column", "column_list"}:
+            keys = list(check.kwargs.get("column_list") or [check.kwargs["column"]])
+            repeats = f"lakehouse_repeats_{i}"
+            judged = judged.withColumn(repeats, F.count(F.lit(1)).over(Window.partitionBy(*keys)))
+            judged_key = ~reduce(Column.__and__, [F.col(k).isNull() for k in keys])
+            counted.append(F.count_if((F.col(repeats) > 1) & judged_key).alias(check.name))
+        elif check.type == "unexpected_rows_expectation" and set(check.kwargs) == {
+            "unexpected_rows_query"
+        }:
+            queries[check.name] = check.kwargs["unexpected_rows_query"]
+        else:
+            return None
+    found: dict[str, int] = judged.agg(*counted).collect()[0].asDict()
+    if queries:
+        frame.createOrReplaceTempView(BATCH_VIEW)
+        for name, query in queries.items():
+            found[name] = frame.sparkSession.sql(query.replace("{batch}", BATCH_VIEW)).count()
+    return found
 
 
 def any_of(conditions: Iterable[Column]) -> Column:

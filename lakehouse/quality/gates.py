@@ -24,10 +24,12 @@ from lakehouse import catalog, delta, progress
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality.conditions import (
+    ROWS,
     any_of,
     first_offending,
     offending_rows,
     row_condition,
+    unexpected_counts,
     without_rows,
 )
 from lakehouse.quality.store import (
@@ -39,11 +41,10 @@ from lakehouse.quality.store import (
     results_frame,
     results_table,
 )
-from lakehouse.quality.suites import load_suites
+from lakehouse.quality.suites import Check, load_suites
 from lakehouse.quality.validator import Validator
 from lakehouse.settings import QualitySettings, StorageSettings
 
-_ROWS = "lakehouse_rows"
 _FAIL_ROW = "lakehouse: a row failed a fail expectation"
 
 
@@ -152,6 +153,13 @@ class BatchGate:
         if self.validator is None or table not in self.validator.suites:
             return frame
         self.spark = frame.sparkSession  # foreachBatch's own session: writes must use it
+        checks = self.validator.suites[table].checks
+        # Counted in Spark first, in a job or two: where nothing but warnings failed, that
+        # is the verdict, and Great Expectations (a job per metric) is not asked at all.
+        counts = unexpected_counts(frame, checks)
+        if counts is not None and all(counts[c.name] == 0 or c.severity == "warn" for c in checks):
+            self.outcomes[table] = [counted_outcome(c, counts) for c in checks]
+            return frame
         verdict = judge(self.validator, frame, table, self.txn.version)
         self.outcomes[table] = verdict.outcomes
         self.quarantined += verdict.quarantined
@@ -178,7 +186,7 @@ class BatchGate:
         self.spark = frame.sparkSession
         judged = [(c, F.coalesce(u, F.lit(False))) for c, u in conditions if u is not None]
         observation = Observation()
-        metrics = [F.count(F.lit(1)).alias(_ROWS)]
+        metrics = [F.count(F.lit(1)).alias(ROWS)]
         metrics += [F.count_if(u).alias(c.name) for c, u in judged]
         keep = ~any_of(u for c, u in judged if c.severity == "quarantine")
         if fails := [u for c, u in judged if c.severity == "fail"]:
@@ -196,23 +204,12 @@ class BatchGate:
         counts = _observed(observation) or frame.agg(*metrics).collect()[0].asDict()
         self.outcomes[table] = []
         for check, condition in judged:
-            found = counts[check.name]
-            quarantined = None
-            if found and check.severity == "quarantine":
+            outcome = counted_outcome(check, counts)
+            if outcome.unexpected_count and check.severity == "quarantine":
                 offending = frame.where(condition)
                 self.quarantined.append(quarantine_frame(offending, table, check, self.txn.version))
-                quarantined = found
-            query = check.type == "unexpected_rows_expectation"
-            self.outcomes[table].append(
-                Outcome(
-                    check,
-                    success=found == 0,
-                    observed_value=str(found) if query else None,
-                    unexpected_count=found,
-                    element_count=counts[_ROWS],
-                    quarantined=quarantined,
-                )
-            )
+                outcome = replace(outcome, quarantined=outcome.unexpected_count)
+            self.outcomes[table].append(outcome)
         self.commit()
 
     def _append_admitted(self, frame: DataFrame, table: str, location: str) -> None:
@@ -226,15 +223,19 @@ class BatchGate:
 
     def commit(self, rebuild: bool = False, spark: SparkSession | None = None) -> None:
         """Record results and quarantined rows (`rebuild`: instead of those quarantined
-        before, for a batch that rebuilds the layer); raise if a `fail` expectation failed.
+        before, for a batch that rebuilds the layer); raise if a `fail` expectation failed:
+        `refuse_failures`, then `record`."""
+        self.refuse_failures(spark)
+        self.record(rebuild, spark)
+
+    def refuse_failures(self, spark: SparkSession | None = None) -> None:
+        """Raise if a `fail` expectation failed, before anything of the batch is written.
 
         A failing batch records its results outside the transaction and quarantines
         nothing, so that the replay after the suite or the data is fixed writes all of it.
         """
         spark, validator = self.spark or spark, self.validator
         if spark is None or validator is None:  # nothing was validated
-            if rebuild and spark is not None:
-                self._divert(spark, rebuild)
             return
         failed = [
             (table, o)
@@ -242,21 +243,34 @@ class BatchGate:
             for o in outcomes
             if not o.success and o.check.severity == "fail"
         ]
+        if not failed:
+            return
         found = results_frame(
             spark, self.run_id, "stream", self.layer, self.outcomes, self.txn.version
         )
-        if failed:
-            delta.append(found, self.storage.table_uri(results_table(self.layer).name))
-            table, outcome = failed[0]
-            raise QualityError(
-                failure_line(
-                    table,
-                    f"batch {self.txn.version}",
-                    outcome,
-                    validator.suites[table].path,
-                    "the batch was not committed",
-                )
+        delta.append(found, self.storage.table_uri(results_table(self.layer).name))
+        table, outcome = failed[0]
+        raise QualityError(
+            failure_line(
+                table,
+                f"batch {self.txn.version}",
+                outcome,
+                validator.suites[table].path,
+                "the batch was not committed",
             )
+        )
+
+    def record(self, rebuild: bool = False, spark: SparkSession | None = None) -> None:
+        """Append the results and quarantined rows of a batch `refuse_failures` let pass,
+        under its transaction; `rebuild`: instead of those quarantined before."""
+        spark = self.spark or spark
+        if spark is None or self.validator is None:  # nothing was validated
+            if rebuild and spark is not None:
+                self._divert(spark, rebuild)
+            return
+        found = results_frame(
+            spark, self.run_id, "stream", self.layer, self.outcomes, self.txn.version
+        )
         delta.append(found, self.storage.table_uri(results_table(self.layer).name), self.txn)
         self._divert(spark, rebuild)
         diverted = sum(o.quarantined or 0 for os in self.outcomes.values() for o in os)
@@ -279,6 +293,20 @@ class BatchGate:
             (delta.replace if rebuild else delta.append)(rows, diverted, self.txn)
         elif rebuild and catalog.is_delta(spark, diverted):
             delta.replace(spark.read.format("delta").load(diverted).limit(0), diverted, self.txn)
+
+
+def counted_outcome(check: Check, counts: Mapping[str, int]) -> Outcome:
+    """The outcome of `check` from `counts` of unexpected rows (`ROWS`: the frame's rows),
+    in the terms Great Expectations reports it."""
+    found = counts[check.name]
+    query = check.type == "unexpected_rows_expectation"
+    return Outcome(
+        check,
+        success=found == 0,
+        observed_value=str(found) if query else None,
+        unexpected_count=found,
+        element_count=counts[ROWS],
+    )
 
 
 def _observed(observation: Observation) -> dict[str, Any] | None:
