@@ -53,9 +53,7 @@ def test_a_transient_failure_restarts_its_part_and_says_so() -> None:
             raise Unavailable("Kafka is unreachable: 127.0.0.1:9 (Connection refused)")
         stop.set()  # as SIGTERM would
 
-    failure = supervise(
-        [Part("bronze", flaky)], POLICY, stop, lambda *event: events.append(event)
-    )
+    failure = supervise([Part("bronze", flaky)], POLICY, stop, lambda *event: events.append(event))
 
     assert failure is None and len(runs) == 3
     assert [status for _, status, _ in events] == ["restarted", "restarted"]
