@@ -50,6 +50,7 @@ from silver import reconstruct, row_changes
 SILVER_READ = re.compile(rf"{re.escape(reconstruct.QUERY_NAME)}: batch \d+ .* ([\d,]+) this run")
 # The line `run all` prints after each run of gold (lakehouse/cli/jobs.py).
 GOLD_RAN = re.compile(r"^gold: \d+ models", re.M)
+GOLD_BEGAN = re.compile(r"^gold\.sensor_hourly: reading ", re.M)
 
 
 def main() -> None:
@@ -166,7 +167,9 @@ def wait_for_gold_after_silver(
     while time.monotonic() < deadline:
         if any(process.poll() is not None for process in jobs):
             raise RuntimeError(f"the job stopped before gold ran; see its log {log}")
-        if GOLD_RAN.search(log.read_text(errors="replace"), silver_at):
+        text = log.read_text(errors="replace")
+        begun = GOLD_BEGAN.search(text, silver_at)  # a run that began after silver's batch
+        if begun and GOLD_RAN.search(text, begun.end()):
             return
         time.sleep(1)
     raise TimeoutError(f"no gold run within {timeout:.0f}s")
@@ -235,6 +238,25 @@ def report(
         print(
             f"Kafka timestamp -> {label:<14} p50 {p50:6.1f}s  p95 {p95:6.1f}s  "
             f"max {worst:6.1f}s  ({count:,} records)"
+        )
+    for node in ("bronze", "silver"):  # what the batches were like, from ops.progress
+        batches = (
+            spark.read.format("delta")
+            .load(uri(f"ops.{node}_progress"))
+            .where((F.col("started_at") >= F.lit(measured_from)) & (F.col("input_rows") > 0))
+            .agg(
+                F.count("*"),
+                F.avg("input_rows"),
+                F.percentile_approx("duration_ms", 0.5),
+                F.max("duration_ms"),
+            )
+            .first()
+        )
+        assert batches is not None
+        n, rows, p50_ms, max_ms = batches
+        print(
+            f"{node} batches: {n}, {rows or 0:,.0f} records each on average, "
+            f"p50 {(p50_ms or 0) / 1000:.1f}s, max {(max_ms or 0) / 1000:.1f}s"
         )
 
 
