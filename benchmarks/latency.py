@@ -17,6 +17,7 @@ version each gold run read and when it ended.
 
     python -m benchmarks.latency                          # 5,000 records/s for 2 minutes
     python -m benchmarks.latency --rate 1000 --seconds 60
+    python -m benchmarks.latency --rate 1000 2000 3000   # the highest rate with p95 <= 30 s
     python -m benchmarks.latency --separate               # three applications
 """
 
@@ -57,7 +58,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rate", type=float, default=5000, help="records per second")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        nargs="+",
+        default=[5000],
+        help="records per second; several: one run each, then the highest whose p95 to "
+        "silver stays under 30 s",
+    )
     parser.add_argument("--seconds", type=float, default=120, help="how long to produce")
     parser.add_argument("--gold-every", type=float, default=60, help="seconds between gold runs")
     parser.add_argument(
@@ -66,7 +74,21 @@ def main() -> None:
         help="bronze, silver and each gold run as applications of their own",
     )
     args = parser.parse_args()
-    records = int(args.rate * args.seconds)
+    spark: SparkSession | None = None
+    p95s = {}
+    for rate in args.rate:
+        spark, p95s[rate] = measure(rate, args, spark)
+    if len(p95s) > 1:
+        steady = [rate for rate, p95 in p95s.items() if p95 <= 30]
+        print(f"\nhighest rate measured with p95 to silver <= 30 s: "
+              f"{f'{max(steady):,.0f} records/s' if steady else 'none'}")  # fmt: skip
+
+
+def measure(
+    rate: float, args: argparse.Namespace, spark: SparkSession | None
+) -> tuple[SparkSession, float]:
+    """One run at `rate`: its latencies printed; Spark for the next, and the p95 to silver."""
+    records = int(rate * args.seconds)
     # 10 sensors, sessions of a 200-row snapshot and ~1,000 updates, 50 live at once
     spec = TrafficSpec(
         sensors=10,
@@ -91,17 +113,17 @@ def main() -> None:
             try:
                 print("warm-up: 10,000 records through bronze, silver and gold ...", flush=True)
                 warmup = produce(replace(spec, seed=spec.seed + 1, sessions_per_sensor=1),
-                                 bootstrap, rate=args.rate)  # fmt: skip
+                                 bootstrap, rate=rate)  # fmt: skip
                 wait_for_silver(silver_log, warmup.records, jobs)
                 if args.separate:
                     run_gold(root, env)
                 else:  # its own schedule: a run after silver's
                     wait_for_gold_after_silver(silver_log, jobs)
                 measured_from = datetime.now(UTC)
-                print(f"producing {records:,} records at {args.rate:,.0f}/s ...", flush=True)
+                print(f"producing {records:,} records at {rate:,.0f}/s ...", flush=True)
                 if args.separate:
                     gold.start()
-                sent = produce(spec, bootstrap, rate=args.rate, progress=True)
+                sent = produce(spec, bootstrap, rate=rate, progress=True)
                 print(sent.to_text().splitlines()[0], flush=True)
                 wait_for_silver(silver_log, warmup.records + sent.records, jobs)
                 if not args.separate:  # the run of gold that follows silver's last batch
@@ -117,8 +139,8 @@ def main() -> None:
                     process.wait(timeout=120)
             # Only now: a Spark session of its own beside the jobs would take their CPU.
             settings = load_settings("local", environ=env)
-            spark = build_spark(settings, app_name="bench-latency")
-            report(spark, settings.storage.table_uri, measured_from, args)
+            spark = spark or build_spark(settings, app_name="bench-latency")
+            return spark, report(spark, settings.storage.table_uri, measured_from, rate, args)
 
 
 def job(root: Path, env: dict[str, str], layer: str) -> subprocess.Popen[bytes]:
@@ -195,10 +217,11 @@ def report(
     spark: SparkSession,
     uri: Callable[[str], str],
     measured_from: datetime,
+    rate: float,
     args: argparse.Namespace,
-) -> None:
+) -> float:
     """p50/p95 of Kafka timestamp -> silver commit, and -> the gold run that read it, of the
-    records sent after the warm-up."""
+    records sent after the warm-up; the p95 to silver."""
     kafka_time = (
         spark.read.format("delta")
         .load(uri("bronze.sensor_records"))
@@ -232,7 +255,7 @@ def report(
     silver_s = seconds_between(committed, F.unix_micros("at"))
     gold_s = seconds_between(in_gold, F.col("ended"))
     deployed = "bronze, silver, gold apart" if args.separate else "run all"
-    print(f"\n{deployed}: rate {args.rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
+    print(f"\n{deployed}: rate {rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
           f"{args.gold_every:.0f}s")  # fmt: skip
     for label, (count, p50, p95, worst) in (("silver commit", silver_s), ("gold run", gold_s)):
         print(
@@ -258,6 +281,7 @@ def report(
             f"{node} batches: {n}, {rows or 0:,.0f} records each on average, "
             f"p50 {(p50_ms or 0) / 1000:.1f}s, max {(max_ms or 0) / 1000:.1f}s"
         )
+    return silver_s[2]
 
 
 def seconds_between(rows: DataFrame, end_micros: Column) -> tuple[int, float, float, float]:

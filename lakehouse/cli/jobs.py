@@ -184,6 +184,10 @@ def run_all_continuously(
         session = spark.newSession()
 
         def run(stop: threading.Event) -> None:
+            # Its jobs in a pool of its own (under spark.scheduler.mode FAIR, parts share
+            # the cores rather than queue behind one another's jobs); a query started
+            # from this thread keeps it.
+            session.sparkContext.setLocalProperty("spark.scheduler.pool", node.name)
             pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
 
         return Part(node.name, run)
@@ -191,6 +195,7 @@ def run_all_continuously(
     gold_session = spark.newSession()
 
     def gold() -> None:
+        gold_session.sparkContext.setLocalProperty("spark.scheduler.pool", "gold")
         runner = pipeline.NodeRunner(gold_session, settings)
         results = walk(settings, graph, models, runner, args)
         echo(gold_summary(runner))

@@ -21,6 +21,7 @@ from lakehouse.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings
 from tests.integration.test_bronze import as_tuples, consume_all
+from tests.integration.test_gold import assert_gold_equals_pandas_from_silver
 from tests.integration.test_silver import assert_matches, silver_tables, small_spec
 from tests.silver import reference
 from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
@@ -147,6 +148,8 @@ def test_a_broker_stopped_for_20_s_and_a_sigterm_mid_batch_lose_and_double_nothi
     rerun = run_lakehouse("run", "all", env=env, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert_exact(spark, settings, bootstrap, prefix)
+    # gold ran beside the streams, and incrementally on what those runs left
+    assert_gold_equals_pandas_from_silver(spark, settings)
 
 
 def test_a_fail_expectation_stops_every_part_with_its_line(
