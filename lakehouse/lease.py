@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.errors import LakehouseError, Unavailable, explain, transient
 from lakehouse.settings import Settings
 
 
@@ -186,8 +186,8 @@ def holding(settings: Settings, tables: Sequence[str], application: str) -> Iter
             try:
                 lease.acquire()
             except (BotoCoreError, ClientError) as error:  # S3 down, or refusing the keys
-                why = explain(error)
-                raise LakehouseError(f"cannot take the lease of {table}: {why}") from None
+                kind = Unavailable if transient(error) else LakehouseError  # down: retry
+                raise kind(f"cannot take the lease of {table}: {explain(error)}") from None
             held.leases.append(lease)
         stop = threading.Event()
         renewer = threading.Thread(

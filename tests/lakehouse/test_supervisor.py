@@ -36,7 +36,8 @@ def test_transient_failures_are_services_that_did_not_answer_not_the_projects_re
     in_a_batch = "lakehouse.errors.Unavailable: object storage did not answer"
     expectation = "lakehouse.quality.gates.ExpectationFailed: at_most_ten (fail) failed"
 
-    assert transient(broker_down) and transient(in_a_batch)
+    s3_down = 'botocore.exceptions.EndpointConnectionError: Could not connect to "http://s3"'
+    assert transient(broker_down) and transient(in_a_batch) and transient(s3_down)
     assert transient(Unavailable("Kafka is unreachable: 127.0.0.1:9"))
     assert not transient(data_loss)
     assert not transient(expectation)
