@@ -277,13 +277,17 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
     return time_to_noop(counted, checkpoint)
 
 
-def time_jvm_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
-    """(c) with the per-session work and state in the JVM instead of Python workers."""
+def session_count(spark: SparkSession, settings: Settings, method: str) -> DataFrame:
+    """Silver's parsed bronze stream through `SessionCount.<method>` (jvm/src/lakehouse/bench)."""
     parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
     jvm = spark._jvm
     assert jvm is not None
-    counted = jvm.lakehouse.bench.SessionCount.bySession(parsed._jdf)
-    return time_to_noop(DataFrame(counted, spark), checkpoint)
+    return DataFrame(getattr(jvm.lakehouse.bench.SessionCount, method)(parsed._jdf), spark)
+
+
+def time_jvm_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Path) -> float:
+    """(d) with the per-session work and state in the JVM instead of Python workers."""
+    return time_to_noop(session_count(spark, settings, "bySession"), checkpoint)
 
 
 def time_to_delta(frame: DataFrame, root: Path) -> float:
@@ -301,11 +305,7 @@ def time_to_delta(frame: DataFrame, root: Path) -> float:
 
 def time_jvm_peer(spark: SparkSession, settings: Settings, root: Path) -> float:
     """(f): the seed design's shape in the JVM's state API, one row per record to Delta."""
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
-    jvm = spark._jvm
-    assert jvm is not None
-    passed = jvm.lakehouse.bench.SessionCount.perRecord(parsed._jdf)
-    return time_to_delta(DataFrame(passed, spark), root)
+    return time_to_delta(session_count(spark, settings, "perRecord"), root)
 
 
 def time_python_peer(spark: SparkSession, settings: Settings, root: Path) -> float:
