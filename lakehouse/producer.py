@@ -275,7 +275,9 @@ def create_topics(
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **options})
+    # Errors only: librdkafka prints its informational lines (a purged queue at close) to
+    # stderr, in the middle of the project's console.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, **options})
     futures = admin.create_topics(
         [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics],
         request_timeout=15,
