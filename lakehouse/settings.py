@@ -4,7 +4,9 @@
 overrides some of them; then environment variables override single keys by path,
 `LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS=host:9092`. String values may name environment
 variables as `${NAME}` so that secrets stay out of the files. An unknown key, a wrong type
-or an unset variable is a `SettingsError` naming the key and where it came from.
+, an unset variable or a value that can only be wrong (a rule of `Annotated`: a count of
+0, a negative time, a regex that does not compile) is a `SettingsError` naming the key and
+where it came from, raised before anything runs.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import dataclasses
 import os
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 
@@ -32,11 +34,43 @@ _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
+class Rule:
+    """What a setting's value must be beyond its type; `must` ends the error's line."""
+
+    holds: Callable[[Any], bool]
+    must: str
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True
+
+
+# What Spark's processingTime trigger reads (months and years it refuses for a trigger).
+_INTERVAL = re.compile(
+    r"(?i)\s*(interval\s+)?"
+    r"((\d+\s+(week|day|hour|minute|millisecond|microsecond)s?|\d+(\.\d+)?\s+seconds?)\s*)+"
+)
+
+Positive = Rule(lambda v: v > 0, "must be greater than 0")
+NotNegative = Rule(lambda v: v >= 0, "must be 0 or more")
+Port = Rule(lambda v: 0 < v < 65536, "must be a port from 1 to 65535")
+Regex = Rule(_compiles, "must be a regular expression that compiles")
+Interval = Rule(
+    lambda v: _INTERVAL.fullmatch(v) is not None,
+    "must be an interval Spark reads, such as '5 seconds' or '500 milliseconds'",
+)
+
+
+@dataclass(frozen=True)
 class SparkSettings:
     master: str
     """`local[N]`, a cluster's URL, or `embedded` for `lakehouse cluster start`'s."""
     app_name: str
-    shuffle_partitions: int
+    shuffle_partitions: Annotated[int, Positive]
     driver_memory: str
     log_level: str
     conf: dict[str, str]
@@ -48,7 +82,7 @@ class StorageSettings:
     """URI under which every table and checkpoint lives (`file:///…`, `s3a://bucket/prefix`)."""
     local_state: str
     """Local folder for the embedded services of this machine (broker data, pid files)."""
-    lease_seconds: float
+    lease_seconds: Annotated[float, Positive]
     """On S3, how long a writer's lease of its tables lasts unless renewed (every third of
     it): how soon another writer may take over from one that crashed."""
 
@@ -72,7 +106,7 @@ class KafkaSettings:
     bootstrap_servers: str
     """`host:port,…`, or `embedded` for the broker started by `lakehouse kafka start`."""
     topic_prefix: str
-    partitions: int
+    partitions: Annotated[int, Positive]
     """Partitions of each topic the producer creates."""
     options: dict[str, str]
     """Kafka client properties (security, timeouts), given to Spark as `kafka.<key>`."""
@@ -89,18 +123,18 @@ class KafkaSettings:
 
 @dataclass(frozen=True)
 class BronzeSettings:
-    max_offsets_per_trigger: int
-    trigger_interval: str
+    max_offsets_per_trigger: Annotated[int, Positive]
+    trigger_interval: Annotated[str, Interval]
 
 
 @dataclass(frozen=True)
 class IntegrityRule:
     """How sessions of the topics matching `topics` (a regex) are judged."""
 
-    topics: str
+    topics: Annotated[str, Regex]
     mode: Literal["strict", "ordered", "window", "once", "none"]
     policy: Literal["fail", "quarantine"]
-    window: int
+    window: Annotated[int, Positive]
     """`window` mode: how many records may wait for a missing seq."""
 
 
@@ -109,22 +143,22 @@ class SilverBounds:
     """What one sensor can make the silver stream hold; past a bound, records are
     violations naming it (docs/operations.md)."""
 
-    sessions_per_sensor: int
-    sessions_without_snapshot: int
-    rows_per_session: int
+    sessions_per_sensor: Annotated[int, Positive]
+    sessions_without_snapshot: Annotated[int, Positive]
+    rows_per_session: Annotated[int, Positive]
 
 
 @dataclass(frozen=True)
 class SilverSettings:
     integrity: list[IntegrityRule]
     """First rule whose `topics` matches a session's topic wins."""
-    session_timeout_seconds: int
-    allowed_lateness_seconds: int
+    session_timeout_seconds: Annotated[int, Positive]
+    allowed_lateness_seconds: Annotated[int, NotNegative]
     """How far a record's Kafka timestamp may trail the latest one silver has read (across
     all topics) and still find its session as it left it."""
     bounds: SilverBounds
-    max_files_per_trigger: int
-    trigger_interval: str
+    max_files_per_trigger: Annotated[int, Positive]
+    trigger_interval: Annotated[str, Interval]
 
     def rule_for(self, topic: str) -> IntegrityRule:
         for rule in self.integrity:
@@ -177,17 +211,17 @@ class ClusterSettings:
     """The embedded Spark standalone cluster of `lakehouse cluster start`, which jobs use
     when `spark.master` is `embedded`."""
 
-    workers: int
-    cores_per_worker: int
+    workers: Annotated[int, Positive]
+    cores_per_worker: Annotated[int, Positive]
     memory_per_worker: str
 
 
 @dataclass(frozen=True)
 class GoldSettings:
-    full_refresh_below_mb: float
+    full_refresh_below_mb: Annotated[float, NotNegative]
     """A model whose inputs are smaller than this is rebuilt in full rather than
     incrementally: below it an incremental run's fixed costs exceed a full rebuild."""
-    every_seconds: float
+    every_seconds: Annotated[float, Positive]
     """`run all --continuous`: gold's models run this often, beside the streams."""
 
 
@@ -195,23 +229,23 @@ class GoldSettings:
 class SupervisionSettings:
     """`run all --continuous`: how a part that failed on a transient cause is restarted."""
 
-    restarts: int
+    restarts: Annotated[int, NotNegative]
     """At most this many restarts of one part within `window_seconds`; one more fails it."""
-    window_seconds: float
-    backoff_seconds: float
+    window_seconds: Annotated[float, Positive]
+    backoff_seconds: Annotated[float, NotNegative]
     """The wait before the first restart in the window, doubled before each next one..."""
-    max_backoff_seconds: float
+    max_backoff_seconds: Annotated[float, NotNegative]
     """... up to this."""
 
 
 @dataclass(frozen=True)
 class CompactSettings:
-    vacuum_retention_hours: float
+    vacuum_retention_hours: Annotated[float, NotNegative]
     """VACUUM deletes unreferenced files older than this; it must exceed the lag of the
     slowest reader of a table (checked before each VACUUM)."""
-    min_retention_hours: float
+    min_retention_hours: Annotated[float, NotNegative]
     """Floor under any retention: files of a write still in flight must survive it."""
-    stream_every_batches: int
+    stream_every_batches: Annotated[int, NotNegative]
     """A stream compacts the tables it writes after every this many batches (0: never)."""
 
 
@@ -219,7 +253,7 @@ class CompactSettings:
 class MetricsSettings:
     enabled: bool
     """Serve Prometheus metrics from every long-running command (run, build)."""
-    port: int
+    port: Annotated[int, Port]
     """The port on 127.0.0.1 they are served at."""
 
 
@@ -230,8 +264,8 @@ class FreshnessRule:
     table: str
     column: str
     """The time its newest data carries: a Kafka timestamp or an event time."""
-    warn_after_seconds: float
-    error_after_seconds: float
+    warn_after_seconds: Annotated[float, Positive]
+    error_after_seconds: Annotated[float, Positive]
 
 
 @dataclass(frozen=True)
@@ -280,7 +314,14 @@ def load_settings(target: str | None = None, environ: Mapping[str, str] | None =
     for name, raw in environ.items():
         if name.startswith(ENV_PREFIX):
             keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__")]
-            _merge(merged, _nest(keys, yaml.safe_load(raw)), sources, f"${name}", prefix="")
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError as error:  # its value is not repeated: it may be a secret
+                raise SettingsError(
+                    f"${name}: not a YAML value ({getattr(error, 'problem', error)}); quote "
+                    "a string that starts with a quote, brace or bracket"
+                ) from None
+            _merge(merged, _nest(keys, value), sources, f"${name}", prefix="")
 
     merged["target"] = target
     sources["target"] = "--target"
@@ -334,7 +375,7 @@ def _build(
     if not isinstance(data, dict):
         raise SettingsError(f"{section} in {_source(sources, section)}: expected a mapping")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     for key in data:
         if key not in fields:
             path = f"{prefix}{key}"
@@ -359,6 +400,13 @@ def _coerce(
     hint: Any, value: Any, path: str, sources: dict[str, str], environ: Mapping[str, str]
 ) -> Any:
     where = _source(sources, path)
+    if typing.get_origin(hint) is Annotated:
+        base, *rules = typing.get_args(hint)
+        value = _coerce(base, value, path, sources, environ)
+        for rule in rules:
+            if not rule.holds(value):
+                raise SettingsError(f"{path!r} in {where}: {value!r} {rule.must}")
+        return value
     if typing.get_origin(hint) is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:

@@ -126,3 +126,64 @@ def test_an_unknown_metastore_kind_is_an_error_naming_the_choices() -> None:
     settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "mysql://x"})
     with pytest.raises(LakehouseError, match="none of embedded, none, thrift://"):
         catalog_conf(settings)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "line"),
+    [
+        ("STORAGE__LEASE_SECONDS", "0", r"'storage.lease_seconds' in \$\S+: 0.0 must be greater"),
+        ("SPARK__SHUFFLE_PARTITIONS", "0", r"'spark.shuffle_partitions' .*: 0 must be greater"),
+        ("SUPERVISION__WINDOW_SECONDS", "-60", r"'supervision.window_seconds' .*: -60.0 must"),
+        ("SILVER__BOUNDS__ROWS_PER_SESSION", "-1", r"'silver.bounds.rows_per_session' .*: -1"),
+        ("BRONZE__TRIGGER_INTERVAL", "5s", r"'bronze.trigger_interval' .*'5s' must be an interval"),
+        ("SILVER__TRIGGER_INTERVAL", "1 month", r"'silver.trigger_interval' .*'1 month' must be"),
+        ("METRICS__PORT", "70000", r"'metrics.port' .*: 70000 must be a port"),
+        (
+            "SILVER__INTEGRITY",
+            '[{topics: "sensors.(a", mode: strict, policy: fail, window: 1}]',
+            r"'silver.integrity\[0\].topics' .*'sensors.\(a' must be a regular expression",
+        ),
+        (
+            "SILVER__INTEGRITY",
+            '[{topics: ".*", mode: window, policy: fail, window: -5}]',
+            r"'silver.integrity\[0\].window' .*: -5 must be greater than 0",
+        ),
+    ],
+)
+def test_a_value_that_can_only_be_wrong_is_refused_naming_its_key(
+    variable: str, value: str, line: str
+) -> None:
+    with pytest.raises(SettingsError, match=line):
+        load_settings(environ={f"LAKEHOUSE__{variable}": value})
+
+
+def test_an_environment_value_yaml_cannot_read_names_the_variable_not_the_value() -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(environ={"LAKEHOUSE__S3__SECRET_KEY": "'s3cr3t"})
+    assert str(refused.value).startswith("$LAKEHOUSE__S3__SECRET_KEY: not a YAML value")
+    assert "s3cr3t" not in str(refused.value)
+
+
+def test_every_interval_that_ships_is_one_spark_reads_and_zero_is_a_count_refused() -> None:
+    settings = load_settings(environ={"LAKEHOUSE__SILVER__TRIGGER_INTERVAL": "1.5 seconds"})
+    assert settings.bronze.trigger_interval == "5 seconds"
+    assert settings.silver.trigger_interval == "1.5 seconds"
+    assert load_settings(environ={"LAKEHOUSE__COMPACT__MIN_RETENTION_HOURS": "0"})
+
+
+def test_bad_settings_exit_2_with_one_line_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakehouse.cli import main
+
+    root = tmp_path / "lake"
+    monkeypatch.setenv("LAKEHOUSE__STORAGE__ROOT", str(root))
+    monkeypatch.setenv("LAKEHOUSE__STORAGE__LOCAL_STATE", str(tmp_path / "state"))
+    monkeypatch.setenv("LAKEHOUSE__STORAGE__LEASE_SECONDS", "-1")
+    assert main(["run", "bronze"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "lakehouse: settings error: 'storage.lease_seconds' in $LAKEHOUSE__STORAGE__LEASE_SECONDS:"
+        " -1.0 must be greater than 0"
+    ]
+    assert list(tmp_path.iterdir()) == []
