@@ -204,21 +204,56 @@ def _own_error(chain: list[Thrown], _checkpoint: str) -> str | None:
     return f"{last.name.rsplit('.', 1)[-1]}: {last.message}"
 
 
+# What Spark's Kafka source says of a loss (KAFKA_DATA_LOSS's reasons, and the consumer's
+# own "Cannot fetch offset"), as (topic, partition, first lost offset, first offset after).
+_LOST_RANGES = (
+    re.compile(r"offset \[(?P<first>\d+), (?P<after>\d+)\) for topic partition (?P<tp>\S+)"),
+    re.compile(
+        r"Starting offset for (?P<tp>\S+) was (?P<first>\d+) but \S+ reset to (?P<after>\d+)"
+    ),
+    re.compile(r"Cannot fetch offset (?P<first>\d+) \(.*?TopicPartition: (?P<tp>[^)\s,]+)"),
+    re.compile(r"Partition (?P<tp>\S+) offset was changed from (?P<first>\d+) to (?P<after>\d+)"),
+)
+
+
+def lost_range(text: str) -> tuple[str, int, int, int | None] | None:
+    """(topic, partition, first lost offset, first offset Kafka still holds or None) that a
+    message of Spark's Kafka source names, if it names one."""
+    for pattern in _LOST_RANGES:
+        if found := pattern.search(text):
+            topic, _, partition = found["tp"].rstrip(".").rpartition("-")
+            after = found.groupdict().get("after")
+            return topic, int(partition), int(found["first"]), int(after) if after else None
+    return None
+
+
 def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
-    found = _first(
+    found = [
         t
         for t in chain
         if (t.condition or "").startswith("KAFKA_DATA_LOSS")
         or t.name.endswith(".OffsetOutOfRangeException")
         # Spark's Kafka source reports a loss as a bare IllegalStateException: its words.
         or "Some data may have been lost" in t.message
-    )
-    if found is None:
+    ]
+    if not found:
         return None
+    named = next((r for t in chain if (r := lost_range(t.message)) is not None), None)
+    if named is None:
+        return (
+            "Kafka no longer has offsets this stream has not read yet (aged out by retention "
+            "or the topic was deleted); nothing was skipped. Spark said: "
+            + first_line(found[0].message)
+        )
+    topic, partition, first, after = named
+    missing = (
+        f"offsets {first:,}..{after - 1:,}" if after is not None else f"offsets from {first:,}"
+    )
     return (
-        "Kafka no longer has offsets this stream has not read yet (aged out by retention or "
-        "the topic was deleted); nothing was skipped. Reset deliberately by moving the "
-        "checkpoint aside. Spark said: " + first_line(found.message)
+        f"Kafka no longer holds {missing} of {topic} partition {partition}, which this "
+        "stream has not read (aged out by retention, or deleted); nothing was skipped and "
+        "every row already written is kept; what to do: docs/operations.md, 'Kafka no "
+        "longer holds'"
     )
 
 

@@ -151,10 +151,11 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
     settings = settings_for(tmp_path, kafka_bootstrap, prefix)
     first = produce(spec(prefix, sensors=1), kafka_bootstrap)
     sensor_records.run(spark, settings)
-    produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "lost"})
     topic = f"{prefix}sensor-001"
+    first_ends = [consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in (0, 1)]
+    produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
     ends = [
         TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
         for p in (0, 1)
@@ -163,8 +164,16 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
     for future in admin.delete_records(ends).values():
         future.result()  # as retention would: the unread records are gone
 
-    with pytest.raises(LakehouseError, match="no longer has offsets"):
+    with pytest.raises(LakehouseError) as lost:
         sensor_records.run(spark, settings)
+    # The line names what is gone: a partition of the topic, from bronze's end to Kafka's.
+    read_to = {tp.partition: bronze_end for tp, bronze_end in zip(ends, first_ends, strict=True)}
+    said = str(lost.value)
+    assert any(
+        f"offsets {read_to[p]:,}..{tp.offset - 1:,} of {topic} partition {p}," in said
+        for tp in ends
+        if (p := tp.partition) in read_to
+    ), said
     # Nor may a rebuild from Kafka drop what bronze holds and Kafka does not.
     with pytest.raises(LakehouseError, match=rf"refusing to rebuild bronze.*{topic}/0"):
         sensor_records.run(spark, settings, full_refresh=True)

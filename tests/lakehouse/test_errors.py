@@ -173,6 +173,38 @@ def test_offsets_the_kafka_source_can_no_longer_find_are_reported_as_data_loss()
     assert explain_chain(chain).startswith("Kafka no longer has offsets this stream has not read")
 
 
+@pytest.mark.parametrize(
+    ("reason", "missing"),
+    [
+        (
+            "Could not read records in offset [120, 240) for topic partition "
+            "sensors.sensor-001-0 with consumer group spark-kafka-source-1.",
+            "offsets 120..239 of sensors.sensor-001 partition 0,",
+        ),
+        (
+            "Starting offset for sensors.a-b-12 was 5000 but consumer reset to 7500.",
+            "offsets 5,000..7,499 of sensors.a-b partition 12,",
+        ),
+        (
+            "Cannot fetch offset 42 (GroupId: spark-kafka-source-7, TopicPartition: "
+            "sensors.sensor-002-1). Some data may have been lost",
+            "offsets from 42 of sensors.sensor-002 partition 1,",
+        ),
+    ],
+)
+def test_a_loss_names_its_topic_partition_and_offsets(reason: str, missing: str) -> None:
+    said = (
+        "[KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE] Some data may have been lost because "
+        "they are not available in Kafka any more; either the data was aged out by Kafka or "
+        f"the topic may have been deleted before all the data in the topic was processed. "
+        f"Reason: {reason} SQLSTATE: 22000"
+    )
+    chain = [STREAM_FAILED, Thrown("org.apache.spark.SparkIllegalStateException", said)]
+    line = explain_chain(chain)
+    assert line.startswith(f"Kafka no longer holds {missing} which this stream has not read")
+    assert "nothing was skipped" in line
+
+
 def test_an_incompatible_state_schema_says_how_to_rebuild() -> None:
     chain = [
         STREAM_FAILED,
