@@ -2,8 +2,9 @@
 
 Both are Spark applications on the shared catalog, so they see the tables the streams and
 gold jobs register, while those run. Both are read-only unless told otherwise: the
-guard (`jvm/src/lakehouse/sql/ReadOnlyExtension.java`) refuses DDL and DML after analysis
-and before anything runs, and it is switched on in the application's configuration,
+guard (`jvm/src/lakehouse/sql/ReadOnlyExtension.java`) lets a statement read the lake's
+tables by name with built-in functions that compute on values, refuses DDL and DML after
+analysis and before anything runs, and is switched on in the application's configuration,
 which neither SET nor a JDBC client can change.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse import jars
+from lakehouse.catalog import LAYERS
 from lakehouse.errors import LakehouseError, explain
 
 FORMATS = ("table", "csv", "json")
@@ -35,6 +37,7 @@ def session_conf(allow_writes: bool, server_port: int | None = None) -> dict[str
             f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}"
         ),
         "spark.lakehouse.sql.readOnly": str(not allow_writes).lower(),
+        "spark.lakehouse.sql.databases": ",".join(LAYERS),
         "spark.driver.extraClassPath": str(jars.sql_extension()),
     }
     if server_port is not None:

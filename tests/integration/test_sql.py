@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
+from lakehouse.catalog import LAYERS
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
 from lakehouse.services import process
@@ -92,6 +94,7 @@ def test_sql_refuses_ddl_and_dml_unless_writes_are_allowed(
     refused = run_lakehouse(
         "sql", "DELETE FROM gold.sensor_daily; DROP TABLE gold.sensor_daily", env=env
     )
+    by_path = run_lakehouse("sql", "SELECT * FROM text.`/etc/passwd`", env=env)
     allowed = run_lakehouse(
         "sql",
         "--allow-writes",
@@ -105,10 +108,108 @@ def test_sql_refuses_ddl_and_dml_unless_writes_are_allowed(
         "lakehouse: error: statement 1: read-only: DELETE (DeleteCommand) changes data or the "
         "catalog; rerun with --allow-writes to permit it"
     )
+    assert by_path.returncode == 1
+    assert by_path.stderr.strip().splitlines()[-1] == (
+        "lakehouse: error: read-only: reading `text`.`/etc/passwd` is refused: a file, a path "
+        f"or a database outside the lake's ({','.join(LAYERS)}); {READ_ONLY}"
+    )
     assert spark.table("gold.sensor_daily").count() == rows
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert spark.catalog.tableExists("gold.busy_hours")
     spark.sql("DROP VIEW gold.busy_hours")
+
+
+READ_ONLY = "downstream SQL reads the lake's tables by name only"
+BY_PATH = "is refused: a file, a path or a database outside the lake's"
+NOT_A_VALUE_FUNCTION = "not allowed in downstream SQL: only built-in functions that compute on"
+WRITES = "changes data or the catalog; rerun with --allow-writes"
+JVM_CALL = "'java.lang.System', 'getProperty', 'user.name'"
+
+
+@pytest.mark.parametrize(
+    ("statement", "refusal"),
+    [
+        (
+            f"SELECT reflect({JVM_CALL})",
+            f"the function (reflect|java_method) .*{NOT_A_VALUE_FUNCTION}",
+        ),
+        (f"SELECT java_method({JVM_CALL})", NOT_A_VALUE_FUNCTION),
+        (f"SELECT try_reflect({JVM_CALL})", NOT_A_VALUE_FUNCTION),
+        ("SELECT xpath('<a><b>1</b></a>', 'a/b')", NOT_A_VALUE_FUNCTION),
+        ("SELECT * FROM text.`/etc/passwd`", BY_PATH),
+        ("SELECT * FROM binaryFile.`/etc/passwd`", BY_PATH),
+        ("SELECT * FROM csv.`/etc/passwd`", BY_PATH),
+        ("SELECT * FROM delta.`{gold}`", BY_PATH),
+        ("SELECT * FROM parquet.`{gold}`", BY_PATH),
+        ("SELECT (SELECT count(*) FROM text.`/etc/passwd`)", BY_PATH),
+        ("CREATE TEMPORARY VIEW pw AS SELECT * FROM text.`/etc/passwd`", BY_PATH),
+        (
+            "CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:derby:memory:x', dbtable 'x')",
+            f"CREATE TEMPORARY VIEW ... USING .*reads a data source; {READ_ONLY}",
+        ),
+        (
+            "SET spark.hadoop.fs.s3a.endpoint=http://elsewhere",
+            "SET spark.hadoop.fs.s3a.endpoint is refused",
+        ),
+        (
+            "SET spark.sql.catalog.other=org.example.Catalog",
+            "SET spark.sql.catalog.other is refused",
+        ),
+        ("ADD JAR /tmp/x.jar", f"ADD JARS .*{WRITES}"),
+        ("CREATE TEMPORARY FUNCTION f AS 'org.example.F'", f"CREATE FUNCTION .*{WRITES}"),
+        (
+            "INSERT INTO gold.sensor_daily SELECT * FROM gold.sensor_daily",
+            f"INSERT INTO .*{WRITES}",
+        ),
+        ("DELETE FROM gold.sensor_daily", f"DELETE .*{WRITES}"),
+    ],
+)
+def test_the_guard_refuses_whatever_reaches_beyond_the_lakes_tables(
+    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], statement: str, refusal: str
+) -> None:
+    settings, _ = gold_lake
+    statement = statement.format(gold=settings.storage.table_uri("gold.sensor_daily"))
+    said = guard_check(spark, statement)
+    assert said is not None and re.search(refusal, said), said
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT sensor_id, count(*), round(avg(updates), 2), max(hour) FROM gold.sensor_hourly "
+        "GROUP BY sensor_id",
+        "SELECT * FROM gold.sensor_hourly VERSION AS OF 1",
+        "SELECT sensor_id, rank() OVER (ORDER BY updates DESC) FROM gold.sensor_daily",
+        "WITH d AS (SELECT * FROM gold.sensor_daily) SELECT * FROM d JOIN gold.sensor_hourly "
+        "USING (sensor_id) WHERE d.updates IN (SELECT updates FROM gold.sensor_daily)",
+        "SELECT date_trunc('day', hour), coalesce(sensor_id, '?'), current_user() "
+        "FROM gold.sensor_hourly",
+        "SELECT * FROM range(3)",
+        "DESCRIBE TABLE EXTENDED gold.sensor_hourly",
+        "DESCRIBE HISTORY gold.sensor_hourly",
+        "DESCRIBE DETAIL gold.sensor_hourly",
+        "SHOW TABLES IN gold",
+        "SHOW CREATE TABLE gold.sensor_hourly",
+        "EXPLAIN SELECT * FROM gold.sensor_hourly",
+        "SET spark.sql.session.timeZone=UTC",
+        "SET",
+        "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
+    ],
+)
+def test_the_guard_lets_analysts_read_tables_by_name_travel_describe_show_and_explain(
+    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], statement: str
+) -> None:
+    assert guard_check(spark, statement) is None
+
+
+def guard_check(spark: SparkSession, statement: str) -> str | None:
+    """The guard's refusal of `statement`, as parsed then as analyzed in `spark`, without
+    running it."""
+    state = spark._jsparkSession.sessionState()  # type: ignore[attr-defined]
+    guard = spark._jvm.lakehouse.sql.ReadOnlyExtension  # type: ignore[attr-defined]
+    parsed = state.sqlParser().parsePlan(statement)
+    refusal = guard.checkStatement(parsed, ",".join(LAYERS))
+    return refusal or guard.check(state.analyzer().execute(parsed))
 
 
 def test_sql_server_answers_beeline_and_refuses_its_writes(
@@ -132,6 +233,7 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
             time.sleep(0.5)
         answer = beeline(port, HOURLY)
         refusal = beeline(port, "DROP TABLE gold.sensor_hourly")
+        jvm_call = beeline(port, f"SELECT java_method({JVM_CALL})")
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=60)
@@ -146,6 +248,8 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
         in refusal.stdout + refusal.stderr
     )
     assert spark.catalog.tableExists("gold.sensor_hourly")
+    assert jvm_call.returncode != 0
+    assert NOT_A_VALUE_FUNCTION in jvm_call.stdout + jvm_call.stderr
     assert server.returncode == 0, err[-2000:]
     assert "SQL server (read-only) on jdbc:hive2://127.0.0.1:" in out
 
