@@ -264,8 +264,9 @@ class FreshnessRule:
     table: str
     column: str
     """The time its newest data carries: a Kafka timestamp or an event time."""
-    warn_after_seconds: Annotated[float, Positive]
-    error_after_seconds: Annotated[float, Positive]
+    warn_after_seconds: Annotated[float, NotNegative]
+    """0: any age warns (an alert that the data is not live)."""
+    error_after_seconds: Annotated[float, NotNegative]
 
 
 @dataclass(frozen=True)
