@@ -216,7 +216,7 @@ _LOST_RANGES = (
 )
 
 
-def lost_range(text: str) -> tuple[str, int, int, int | None] | None:
+def _lost_range(text: str) -> tuple[str, int, int, int | None] | None:
     """(topic, partition, first lost offset, first offset Kafka still holds or None) that a
     message of Spark's Kafka source names, if it names one."""
     for pattern in _LOST_RANGES:
@@ -228,22 +228,22 @@ def lost_range(text: str) -> tuple[str, int, int, int | None] | None:
 
 
 def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
-    found = [
+    found = _first(
         t
         for t in chain
         if (t.condition or "").startswith("KAFKA_DATA_LOSS")
         or t.name.endswith(".OffsetOutOfRangeException")
         # Spark's Kafka source reports a loss as a bare IllegalStateException: its words.
         or "Some data may have been lost" in t.message
-    ]
-    if not found:
+    )
+    if found is None:
         return None
-    named = next((r for t in chain if (r := lost_range(t.message)) is not None), None)
+    named = next((r for t in chain if (r := _lost_range(t.message)) is not None), None)
     if named is None:
         return (
             "Kafka no longer has offsets this stream has not read yet (aged out by retention "
             "or the topic was deleted); nothing was skipped. Spark said: "
-            + first_line(found[0].message)
+            + first_line(found.message)
         )
     topic, partition, first, after = named
     missing = (

@@ -3,10 +3,10 @@
 `conf/base.yaml` holds every key; a target file (`conf/local.yaml`, `conf/cluster.yaml`)
 overrides some of them; then environment variables override single keys by path,
 `LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS=host:9092`. String values may name environment
-variables as `${NAME}` so that secrets stay out of the files. An unknown key, a wrong type
-, an unset variable or a value that can only be wrong (a rule of `Annotated`: a count of
-0, a negative time, a regex that does not compile) is a `SettingsError` naming the key and
-where it came from, raised before anything runs.
+variables as `${NAME}` so that secrets stay out of the files. An unknown key, a wrong
+type, an unset variable or a value that can only be wrong (a `Rule` in the field's
+`Annotated` type: a count of 0, a negative time, a regex that does not compile) is a
+`SettingsError` naming the key and where it came from, raised before anything runs.
 """
 
 from __future__ import annotations

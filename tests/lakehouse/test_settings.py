@@ -164,7 +164,7 @@ def test_an_environment_value_yaml_cannot_read_names_the_variable_not_the_value(
     assert "s3cr3t" not in str(refused.value)
 
 
-def test_every_interval_that_ships_is_one_spark_reads_and_zero_is_a_count_refused() -> None:
+def test_intervals_spark_reads_and_a_zero_that_means_something_are_accepted() -> None:
     settings = load_settings(environ={"LAKEHOUSE__SILVER__TRIGGER_INTERVAL": "1.5 seconds"})
     assert settings.bronze.trigger_interval == "5 seconds"
     assert settings.silver.trigger_interval == "1.5 seconds"

@@ -119,7 +119,7 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
       "org.apache.spark.sql.catalyst.plans.logical.CreateVariable",
       "org.apache.spark.sql.catalyst.plans.logical.DropVariable",
       "org.apache.spark.sql.catalyst.plans.logical.SetVariable",
-      // temporary views only (checked below); CREATE TEMPORARY VIEW ... USING; DROP of a temp view
+      // temporary views only (checked below; their query when parsed); DROP of a temp view
       "org.apache.spark.sql.execution.command.CreateViewCommand",
       "org.apache.spark.sql.execution.command.DropTempViewCommand"));
 
