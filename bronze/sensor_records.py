@@ -13,7 +13,8 @@ import threading
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta, lease, progress
+from bronze import kafka_changes
+from lakehouse import catalog, delta, lease, positions, progress
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates, store
@@ -91,10 +92,13 @@ def read_kafka(
     return reader.load()
 
 
-def to_sensor_records(kafka_records: DataFrame, batch_id: int) -> DataFrame:
-    """One row per Kafka record: Kafka's columns as served, plus when and in which batch."""
+def to_sensor_records(
+    kafka_records: DataFrame, batch_id: int, topics: kafka_changes.Topics = kafka_changes.NONE
+) -> DataFrame:
+    """One row per Kafka record: Kafka's columns as served, plus when and in which batch;
+    the topic of a re-created one named with its incarnation (`kafka_changes`)."""
     return kafka_records.select(
-        "topic",
+        topics.lineage_topic().alias("topic"),
         "partition",
         "offset",
         "key",
@@ -156,11 +160,15 @@ def run(
                 "every record bronze does)"
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
+        topics = kafka_changes.topics(spark, settings)
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
+            if topics.retired:
+                planned = positions.kafka_batch_end(spark, checkpoint, txn.version)
+                refuse_retired_topics(topics, {topic for topic, _ in planned})
             gate = gate_for(txn)
-            gate.append(to_sensor_records(batch, txn.version), NAME, path)
+            gate.append(to_sensor_records(batch, txn.version, topics), NAME, path)
             # Spark counts a batch's input once per plan that reads the source, and a gate
             # that judges in several passes reads it more than once: each record is one row.
             if (records := gate.offered.get(NAME)) is not None:
@@ -174,6 +182,18 @@ def run(
         recorded = ("bronze", progress.create(spark, settings.storage, "bronze"))
         return run_foreach_batch(
             source, NAME, checkpoint, write, interval, progress_to=recorded, stop=stop
+        )
+
+
+def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:
+    """Refuse a batch that would read a retired topic: one made again under its name, whose
+    offsets start again among those bronze holds of the old one."""
+    if back := sorted(read & topics.retired.keys()):
+        raise LakehouseError(
+            f"topic {back[0]}, retired in bronze batch {topics.retired[back[0]]:,}, is in "
+            "Kafka again (re-created): nothing of it was read; to ingest it as a new "
+            f"incarnation, `lakehouse bronze accept-recreated {back[0]}` "
+            "(docs/operations.md, 'A topic re-created')"
         )
 
 

@@ -123,6 +123,19 @@ def table_id(spark: SparkSession, location: str) -> str:
     return str(detail["id"])
 
 
+def holds(spark: SparkSession, location: str, txn: Txn) -> bool:
+    """Whether the Delta table at `location` holds the write of micro-batch `txn` (or of
+    a later batch of the same query)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    if not catalog.is_delta(spark, location):
+        return False
+    forget_cached_tables(spark)  # the latest snapshot, not one cached before the write
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    written = log.unsafeVolatileSnapshot().transactions().get(txn.app_id)
+    return bool(written.isDefined()) and int(written.get()) >= txn.version
+
+
 def replaced_after(spark: SparkSession, location: str, version: int) -> bool:
     """Whether a commit after `version` replaced the whole table (a layer's rebuild): an
     incremental reader of it must start again from scratch."""

@@ -212,8 +212,18 @@ _LOST_RANGES = (
         r"Starting offset for (?P<tp>\S+) was (?P<first>\d+) but \S+ reset to (?P<after>\d+)"
     ),
     re.compile(r"Cannot fetch offset (?P<first>\d+) \(.*?TopicPartition: (?P<tp>[^)\s,]+)"),
-    re.compile(r"Partition (?P<tp>\S+) offset was changed from (?P<first>\d+) to (?P<after>\d+)"),
+    re.compile(r"Added partition (?P<tp>\S+) starts from (?P<after>\d+) instead of (?P<first>0)"),
 )
+_GONE = re.compile(r"Partitions (?P<tps>.*?) have been deleted")
+_WENT_BACK = re.compile(
+    r"Partition (?P<tp>\S+) offset was changed from (?P<first>\d+) to (?P<after>\d+)"
+)
+_TOPIC_PARTITION = re.compile(r"(?P<topic>[A-Za-z0-9._-]+)-(?P<partition>\d+)")
+
+
+def _topic_partition(text: str) -> tuple[str, int]:
+    topic, _, partition = text.rstrip(".,").rpartition("-")
+    return topic, int(partition)
 
 
 def _lost_range(text: str) -> tuple[str, int, int, int | None] | None:
@@ -221,9 +231,35 @@ def _lost_range(text: str) -> tuple[str, int, int, int | None] | None:
     message of Spark's Kafka source names, if it names one."""
     for pattern in _LOST_RANGES:
         if found := pattern.search(text):
-            topic, _, partition = found["tp"].rstrip(".").rpartition("-")
             after = found.groupdict().get("after")
-            return topic, int(partition), int(found["first"]), int(after) if after else None
+            return (
+                *_topic_partition(found["tp"]),
+                int(found["first"]),
+                int(after) if after else None,
+            )
+    return None
+
+
+def _kafka_change(text: str) -> str | None:
+    """The line for a topic gone or made again, if `text` is Spark's report of one."""
+    if gone := _GONE.search(text):
+        topics = sorted({m["topic"] for m in _TOPIC_PARTITION.finditer(gone["tps"])})
+        if topics:
+            return (
+                f"Kafka topic {', '.join(topics)} is gone (deleted) with records this stream "
+                "may not have read; nothing was skipped. If its sensor is decommissioned: "
+                f"`lakehouse bronze retire-topic {topics[0]}` (docs/operations.md, 'A topic "
+                "is gone')"
+            )
+    if back := _WENT_BACK.search(text):
+        topic, partition = _topic_partition(back["tp"])
+        return (
+            f"Kafka topic {topic} partition {partition} now ends at offset "
+            f"{int(back['after']):,}, below offset {int(back['first']):,} this stream reads "
+            "next: the topic was deleted and made again? Nothing of it was read; to ingest it "
+            f"as a new incarnation: `lakehouse bronze accept-recreated {topic}` "
+            "(docs/operations.md, 'A topic re-created')"
+        )
     return None
 
 
@@ -238,6 +274,8 @@ def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
     )
     if found is None:
         return None
+    if changed := _first(line for t in chain if (line := _kafka_change(t.message))):
+        return changed
     named = next((r for t in chain if (r := _lost_range(t.message)) is not None), None)
     if named is None:
         return (
@@ -252,8 +290,9 @@ def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
     return (
         f"Kafka no longer holds {missing} of {topic} partition {partition}, which this "
         "stream has not read (aged out by retention, or deleted); nothing was skipped and "
-        "every row already written is kept; what to do: docs/operations.md, 'Kafka no "
-        "longer holds'"
+        "every row already written is kept. To go on from Kafka's earliest offset, "
+        f"recording the loss: `lakehouse bronze accept-loss {topic} {partition}` "
+        "(docs/operations.md, 'Kafka no longer holds')"
     )
 
 

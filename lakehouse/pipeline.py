@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import gold
-from bronze import sensor_records
+from bronze import kafka_changes, sensor_records
 from lakehouse import compaction, lease, progress
 from lakehouse.console import echo
 from lakehouse.execution import Done, Status
@@ -116,6 +116,7 @@ TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
         sensor_records.TABLE,
+        kafka_changes.TABLE,
         *reconstruct.TABLES,
         *(m.table for m in MODELS),
         RUNS,

@@ -102,10 +102,74 @@ def stream_source_id(spark: SparkSession, checkpoint: str) -> str | None:
 def kafka_offsets(spark: SparkSession, checkpoint: str) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the next offset a Kafka stream will read, as of its last
     committed batch; empty before its first batch commits."""
-    offset = _source_offset(spark, checkpoint)
+    return _kafka_position(_source_offset(spark, checkpoint) or {})
+
+
+@dataclass(frozen=True)
+class KafkaCheckpoint:
+    """Where a Kafka stream stands in its checkpoint: its last committed batch and that
+    batch's end offsets, and the batch planned after it, if one is (a batch that failed or
+    was cut short: a restart runs it again as planned)."""
+
+    query_id: str
+    """The id of the checkpoint's query: the app id of its batches' Delta transactions."""
+    committed: int
+    position: dict[tuple[str, int], int]
+    """(topic, partition) -> the next offset the stream reads."""
+    planned: dict[tuple[str, int], int] | None
+    """The end offsets of the batch planned after the committed one, if any."""
+
+
+def kafka_checkpoint(spark: SparkSession, checkpoint: str) -> KafkaCheckpoint | None:
+    """A Kafka stream's position in its checkpoint; None before its first batch commits."""
+    fs, path = catalog.hadoop_fs(spark, checkpoint)
+    commits = _batch_ids(fs, path.suffix("/commits"))
+    if not commits:
+        return None
+    committed = max(commits)
+    planned = [b for b in _batch_ids(fs, path.suffix("/offsets")) if b > committed]
+    metadata = json.loads(_read(spark, fs, path.suffix("/metadata")))
+    return KafkaCheckpoint(
+        str(metadata["id"]),
+        committed,
+        _kafka_position(_offset_of(spark, fs, path, committed)),
+        _kafka_position(_offset_of(spark, fs, path, min(planned))) if planned else None,
+    )
+
+
+def kafka_batch_end(spark: SparkSession, checkpoint: str, batch: int) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the offset a Kafka stream's batch reads up to, as planned."""
+    fs, path = catalog.hadoop_fs(spark, checkpoint)
+    return _kafka_position(_offset_of(spark, fs, path, batch))
+
+
+def commit_kafka_position(
+    spark: SparkSession, checkpoint: str, position: dict[tuple[str, int], int]
+) -> int:
+    """Commit, in a Kafka stream's checkpoint, a batch that reads nothing and ends at
+    `position`, in place of any batch planned after the last committed one: the stream
+    goes on from there. Returns the batch's id.
+
+    A batch from the last committed position to `position` is what Spark would have run
+    had it skipped the offsets in between; copying the last batch's metadata and commit
+    keeps the files in the format the checkpoint was begun in."""
+    fs, path = catalog.hadoop_fs(spark, checkpoint)
+    committed = max(_batch_ids(fs, path.suffix("/commits")))
+    lines = _read(spark, fs, path.suffix(f"/offsets/{committed}")).splitlines()
+    nested: dict[str, dict[str, int]] = defaultdict(dict)
+    for (topic, partition), offset in sorted(position.items()):
+        nested[topic][str(partition)] = offset
+    batch = committed + 1
+    _write(fs, path.suffix(f"/offsets/{batch}"), "\n".join([*lines[:2], json.dumps(nested)]))
+    commit = _read(spark, fs, path.suffix(f"/commits/{committed}"))
+    _write(fs, path.suffix(f"/commits/{batch}"), commit)
+    return batch
+
+
+def _kafka_position(offset: dict[str, Any]) -> dict[tuple[str, int], int]:
     return {
         (topic, int(partition)): int(next_offset)
-        for topic, partitions in (offset or {}).items()
+        for topic, partitions in offset.items()
         for partition, next_offset in partitions.items()
     }
 
@@ -114,9 +178,11 @@ def _source_offset(spark: SparkSession, checkpoint: str) -> dict[str, Any] | Non
     """The offset of the (one) source of a stream's last committed batch."""
     fs, path = catalog.hadoop_fs(spark, checkpoint)
     commits = _batch_ids(fs, path.suffix("/commits"))
-    if not commits:
-        return None
-    offsets = _read(spark, fs, path.suffix(f"/offsets/{max(commits)}")).splitlines()
+    return _offset_of(spark, fs, path, max(commits)) if commits else None
+
+
+def _offset_of(spark: SparkSession, fs: Any, checkpoint: Any, batch: int) -> dict[str, Any]:
+    offsets = _read(spark, fs, checkpoint.suffix(f"/offsets/{batch}")).splitlines()
     # "v1", the batch's metadata, then one offset per source: each stream here has one.
     found: dict[str, Any] = json.loads(offsets[2])
     return found
@@ -138,6 +204,14 @@ def _batch_ids(fs: Any, folder: Any) -> list[int]:
         return []
     names = [s.getPath().getName() for s in fs.listStatus(folder)]
     return [int(n) for n in names if n.isdigit()]
+
+
+def _write(fs: Any, path: Any, text: str) -> None:
+    stream = fs.create(path, True)
+    try:
+        stream.write(bytearray(text.encode()))  # py4j hands a bytearray over as byte[]
+    finally:
+        stream.close()
 
 
 def _read(spark: SparkSession, fs: Any, path: Any) -> str:

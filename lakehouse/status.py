@@ -14,7 +14,6 @@ the same whether the streams run or not:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -23,9 +22,11 @@ from typing import Any, Literal
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bronze import kafka_changes
 from lakehouse import catalog, positions, progress
 from lakehouse.console import duration, size
 from lakehouse.positions import Reader
+from lakehouse.services.kafka import watermarks
 from lakehouse.settings import FreshnessRule, Settings
 
 Level = Literal["ok", "warn", "error"]
@@ -85,6 +86,8 @@ class Status:
     kafka_error: str | None = None
     readers: list[ReaderLag] = field(default_factory=list)
     freshness: list[Freshness] = field(default_factory=list)
+    kafka_changes: list[dict[str, Any]] = field(default_factory=list)
+    """Changes in Kafka an operator accepted (bronze.kafka_changes), the latest first."""
 
     @property
     def level(self) -> Level:
@@ -110,12 +113,13 @@ def status(
     now = now or datetime.now(UTC)
     found = Status(streams=stream_states(spark, settings, now))
     try:
-        ends = end_offsets(settings)
+        ends = watermarks(settings)
     except Exception as error:  # a broker down is part of the answer, not a crash
         found.kafka_error = str(error).splitlines()[0]
     else:
         read = positions.kafka_offsets(spark, settings.storage.checkpoint_uri(bronze_checkpoint))
         found.kafka = kafka_lag(ends, read)
+    found.kafka_changes = kafka_changes.history(spark, settings)
     found.readers = readers_behind(spark, settings, readers)
     found.freshness = [freshness(spark, settings, rule, now) for rule in settings.status.freshness]
     return found
@@ -155,39 +159,6 @@ def stream_states(spark: SparkSession, settings: Settings, now: datetime) -> lis
             )
         )
     return states
-
-
-def end_offsets(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
-    sensors' pattern."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    from lakehouse.services.kafka import resolve_bootstrap
-
-    config = {
-        **settings.kafka.options,
-        "bootstrap.servers": resolve_bootstrap(settings),
-        "group.id": "lakehouse-status",  # never joins or commits: only asks for offsets
-    }
-    consumer = Consumer(config)
-    try:
-        try:
-            topics = consumer.list_topics(timeout=10).topics
-        except KafkaException as error:
-            where = config["bootstrap.servers"]
-            raise RuntimeError(f"Kafka at {where} unreachable: {error}") from None
-        pattern = re.compile(settings.kafka.topic_pattern)
-        ends = {}
-        for topic, meta in sorted(topics.items()):
-            if not pattern.search(topic):
-                continue
-            for partition in sorted(meta.partitions):
-                ends[(topic, partition)] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=10
-                )
-        return ends
-    finally:
-        consumer.close()
 
 
 def kafka_lag(
@@ -296,6 +267,12 @@ def lines(found: Status) -> list[str]:
             f"  {p.topic}/{p.partition:<4} {p.lag:>10,}  (end {p.end_offset:,}, "
             f"read to {'nothing yet' if p.read_to is None else f'{p.read_to:,}'})"
             for p in found.kafka
+        ]
+    if found.kafka_changes:
+        out.append(f"kafka changes accepted ({kafka_changes.NAME}), the latest first:")
+        out += [
+            f"  batch {c['bronze_batch']}: {kafka_changes.describe(c)}"
+            for c in found.kafka_changes[:10]
         ]
     out.append("readers behind their inputs:")
     out += [

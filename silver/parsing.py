@@ -148,8 +148,9 @@ def _read(bronze: DataFrame) -> DataFrame:
 
 def topic_sensor(topic_prefix: str) -> Column:
     """The sensor a record's topic names: its suffix after the prefix (the whole topic if
-    it lacks the prefix, which the pattern that discovers topics rules out)."""
-    topic = F.col("topic")
+    it lacks the prefix, which the pattern that discovers topics rules out), without the
+    `~N` bronze names a re-created topic's N-th incarnation by."""
+    topic = F.regexp_replace("topic", "~[0-9]+$", "")
     return F.when(
         topic.startswith(topic_prefix), F.substring(topic, len(topic_prefix) + 1, 1 << 20)
     ).otherwise(topic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import socket
 import subprocess
 import uuid
@@ -196,3 +197,34 @@ def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
         except ValueError:
             failures.append(f"{server.strip()} (not host:port)")
     raise Unavailable(f"Kafka is unreachable: {'; '.join(failures)}")
+
+
+def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
+    sensors' pattern."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    config = {
+        **settings.kafka.options,
+        "bootstrap.servers": resolve_bootstrap(settings),
+        "group.id": "lakehouse-watermarks",  # never joins or commits: only asks for offsets
+    }
+    consumer = Consumer(config)
+    try:
+        try:
+            topics = consumer.list_topics(timeout=10).topics
+        except KafkaException as error:
+            where = config["bootstrap.servers"]
+            raise Unavailable(f"Kafka at {where} unreachable: {error}") from None
+        pattern = re.compile(settings.kafka.topic_pattern)
+        ends = {}
+        for topic, meta in sorted(topics.items()):
+            if not pattern.search(topic):
+                continue
+            for partition in sorted(meta.partitions):
+                ends[(topic, partition)] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
+                )
+        return ends
+    finally:
+        consumer.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
 
-from bronze import sensor_records
+from bronze import kafka_changes, sensor_records
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
@@ -144,7 +146,7 @@ def test_second_run_ingests_only_new_records(
     )
 
 
-def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
+def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     prefix = "lost.sensors."
@@ -152,32 +154,152 @@ def test_offsets_lost_to_retention_fail_the_run_and_keep_the_table(
     first = produce(spec(prefix, sensors=1), kafka_bootstrap)
     sensor_records.run(spark, settings)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "lost"})
     topic = f"{prefix}sensor-001"
-    first_ends = [consumer.get_watermark_offsets(TopicPartition(topic, p))[1] for p in (0, 1)]
+    first_ends = end_offsets(kafka_bootstrap, topic)
     produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
-    ends = [
-        TopicPartition(topic, p, consumer.get_watermark_offsets(TopicPartition(topic, p))[1])
-        for p in (0, 1)
-    ]
-    consumer.close()
+    ends = [TopicPartition(topic, p, end) for p, end in end_offsets(kafka_bootstrap, topic).items()]
     for future in admin.delete_records(ends).values():
         future.result()  # as retention would: the unread records are gone
 
     with pytest.raises(LakehouseError) as lost:
         sensor_records.run(spark, settings)
-    # The line names what is gone: a partition of the topic, from bronze's end to Kafka's.
+    # The line names what is gone: a partition of the topic, from bronze's end to Kafka's,
+    # and the command that goes on without it.
     said = str(lost.value)
     assert any(
-        f"offsets {read:,}..{tp.offset - 1:,} of {topic} partition {tp.partition}," in said
-        for tp, read in zip(ends, first_ends, strict=True)
+        f"offsets {first_ends[tp.partition]:,}..{tp.offset - 1:,} of {topic} partition "
+        f"{tp.partition},"
+        in said
+        and f"`lakehouse bronze accept-loss {topic} {tp.partition}`" in said
+        for tp in ends
     ), said
     # Nor may a rebuild from Kafka drop what bronze holds and Kafka does not.
     with pytest.raises(LakehouseError, match=rf"refusing to rebuild bronze.*{topic}/0"):
         sensor_records.run(spark, settings, full_refresh=True)
-
     path = settings.storage.table_uri("bronze.sensor_records")
     assert spark.read.format("delta").load(path).count() == first.records
+
+    # Accepted, partition by partition, the loss is recorded and bronze goes on from
+    # Kafka's earliest offsets with what comes after: every record exactly once.
+    produce(spec(prefix, sensors=1, seed=7), kafka_bootstrap)
+    for tp in ends:
+        kafka_changes.accept(spark, settings, "offsets_lost", topic, tp.partition, "test")
+    with pytest.raises(LakehouseError, match=f"nothing of {topic} partition 0 is lost"):
+        kafka_changes.accept(spark, settings, "offsets_lost", topic, 0)
+    sensor_records.run(spark, settings)
+
+    held = offsets_held(spark, path)
+    last_ends = end_offsets(kafka_bootstrap, topic)
+    assert held == sorted(
+        (topic, tp.partition, offset)
+        for tp in ends
+        for offset in [*range(first_ends[tp.partition]), *range(tp.offset, last_ends[tp.partition])]
+    )
+    recorded = kafka_changes.history(spark, settings)
+    assert sorted(
+        (r["change"], r["partition"], r["skipped_from"], r["skipped_to"], r["resumed_at"])
+        for r in recorded
+    ) == [
+        ("offsets_lost", tp.partition, first_ends[tp.partition], tp.offset - 1, tp.offset)
+        for tp in ends
+    ]
+    assert {r["accepted_by"] for r in recorded} == {getpass.getuser()}
+
+
+def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_go_on(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    prefix = "gone.sensors."
+    settings = settings_for(tmp_path, kafka_bootstrap, prefix)
+    path = settings.storage.table_uri("bronze.sensor_records")
+    kept, gone = f"{prefix}sensor-001", f"{prefix}sensor-002"
+    produce(spec(prefix, sensors=2), kafka_bootstrap)
+    sensor_records.run(spark, settings)
+    expected = set(offsets_held(spark, path))
+
+    # A sensor decommissioned: its topic deleted while the other flows.
+    delete_topic(kafka_bootstrap, gone)
+    produce(spec(prefix, sensors=1, seed=5), kafka_bootstrap)
+    expected |= {
+        (kept, p, o) for p, end in end_offsets(kafka_bootstrap, kept).items() for o in range(end)
+    }
+    with pytest.raises(LakehouseError, match=rf"Kafka topic {gone} is gone .*retire-topic {gone}"):
+        sensor_records.run(spark, settings)
+    with pytest.raises(LakehouseError, match=f"topic {kept} is still in Kafka"):
+        kafka_changes.accept(spark, settings, "topic_retired", kept)
+    kafka_changes.accept(spark, settings, "topic_retired", gone)
+    sensor_records.run(spark, settings)
+    assert offsets_held(spark, path) == sorted(expected)
+
+    # The retired topic made again: refused, then read as its second incarnation.
+    produce(spec(prefix, sensors=2, seed=6), kafka_bootstrap)
+    expected |= {
+        (kept, p, o) for p, end in end_offsets(kafka_bootstrap, kept).items() for o in range(end)
+    }
+    with pytest.raises(LakehouseError, match=rf"topic {gone}, retired .* accept-recreated {gone}"):
+        sensor_records.run(spark, settings)
+    kafka_changes.accept(spark, settings, "topic_recreated", gone)
+    sensor_records.run(spark, settings)
+    expected |= {
+        (f"{gone}~2", p, o)
+        for p, end in end_offsets(kafka_bootstrap, gone).items()
+        for o in range(end)
+    }
+    assert offsets_held(spark, path) == sorted(expected)
+
+    # Deleted and made again between two runs, with fewer records than bronze read: its
+    # offsets go back, and it is read from its first as the next incarnation.
+    delete_topic(kafka_bootstrap, kept)
+    produce(spec(prefix, sensors=1, seed=8, sessions_per_sensor=1), kafka_bootstrap)
+    with pytest.raises(LakehouseError, match=rf"Kafka topic {kept} partition \d now ends at"):
+        sensor_records.run(spark, settings)
+    kafka_changes.accept(spark, settings, "topic_recreated", kept)
+    sensor_records.run(spark, settings)
+    expected |= {
+        (f"{kept}~2", p, o)
+        for p, end in end_offsets(kafka_bootstrap, kept).items()
+        for o in range(end)
+    }
+    assert offsets_held(spark, path) == sorted(expected)
+    assert sorted(
+        {
+            (r["change"], r["topic"], r["incarnation"])
+            for r in kafka_changes.history(spark, settings)
+        }
+    ) == [
+        ("topic_recreated", kept, 2),
+        ("topic_recreated", gone, 2),
+        ("topic_retired", gone, 1),
+    ]
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Partition -> the offset the next record of `topic` gets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in sorted(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete `topic` and wait until the broker no longer lists it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result()
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} still listed 30 s after its deletion"
+        time.sleep(0.2)
+
+
+def offsets_held(spark: SparkSession, path: str) -> list[tuple[str, int, int]]:
+    """The (topic, partition, offset) of every bronze row, duplicates kept."""
+    rows = spark.read.format("delta").load(path).select("topic", "partition", "offset")
+    return sorted((r.topic, r.partition, r.offset) for r in rows.collect())
 
 
 def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(

@@ -1,0 +1,302 @@
+"""bronze.kafka_changes: one row per partition of a change in what Kafka serves that an
+operator accepted, and the commands that accept one.
+
+Bronze stops, never skips, when Kafka changes under it; each way on is the operator's:
+- offsets bronze has not read are gone (retention, `delete_records`):
+  `lakehouse bronze accept-loss TOPIC PARTITION` resumes at Kafka's earliest offset;
+- a topic is gone (a sensor decommissioned): `lakehouse bronze retire-topic TOPIC` lets
+  the other topics go on;
+- a topic was deleted and made again under its name, its offsets starting again below
+  what bronze read (or a retired topic came back): `lakehouse bronze accept-recreated
+  TOPIC` reads the new incarnation from its earliest offset. Its rows are written under
+  the topic `TOPIC~N` (`~` is never in a Kafka topic's name), so that the lineage
+  (topic, partition, offset) of its records never meets the old incarnation's.
+
+An accepted change is recorded here first, then made a batch of the bronze stream that
+reads nothing and ends where bronze goes on (`positions.commit_kafka_position`): every
+row bronze holds stays, once, and what it skipped is named here, by whom and when.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import Column, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import catalog, delta, lease, positions
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+from lakehouse.tables import TableSpec
+
+TABLE = TableSpec(
+    name="bronze.kafka_changes",
+    grain="one row per partition of a change in Kafka an operator accepted",
+    columns="""
+        change STRING NOT NULL
+            COMMENT 'what changed: offsets_lost, topic_retired or topic_recreated',
+        topic STRING NOT NULL COMMENT 'Kafka topic that changed, as Kafka names it',
+        partition INT NOT NULL COMMENT 'Kafka partition of the topic',
+        skipped_from BIGINT
+            COMMENT 'first offset bronze had not read and skipped; null if it had read none',
+        skipped_to BIGINT
+            COMMENT 'last offset skipped; null when the rest of a gone incarnation is skipped',
+        resumed_at BIGINT
+            COMMENT 'offset bronze reads next in the partition; null when it reads no more',
+        incarnation INT NOT NULL
+            COMMENT 'incarnation of the topic read after the change: 1 until it is re-created',
+        bronze_batch BIGINT NOT NULL
+            COMMENT 'batch of the bronze stream that skipped (it reads no records)',
+        accepted_by STRING NOT NULL COMMENT 'user who accepted the change',
+        accepted_at TIMESTAMP NOT NULL COMMENT 'when it was accepted (UTC)',
+        reason STRING COMMENT 'why, in the words of whoever accepted it'
+    """,
+    writer="lakehouse bronze accept-loss | retire-topic | accept-recreated",
+)
+NAME = TABLE.name
+
+Position = Mapping[tuple[str, int], int]
+"""(topic, partition) -> the next offset bronze reads."""
+Watermarks = Mapping[tuple[str, int], tuple[int, int]]
+"""(topic, partition) -> (earliest, end) offsets Kafka holds."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """What accepting a change does to one partition."""
+
+    change: str
+    topic: str
+    partition: int
+    skipped_from: int | None
+    skipped_to: int | None
+    resumed_at: int | None
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Topics:
+    """What the accepted changes say of the topics: the incarnation bronze reads of each
+    re-created topic, and the retired ones with the batch that retired them."""
+
+    incarnations: Mapping[str, int]
+    retired: Mapping[str, int]
+
+    def lineage_topic(self) -> Column:
+        """The topic a bronze row names: `TOPIC~N` for the N-th incarnation of a topic."""
+        topic = F.col("topic")
+        for name, incarnation in sorted(self.incarnations.items()):
+            topic = F.when(F.col("topic") == name, F.lit(f"{name}~{incarnation}")).otherwise(topic)
+        return topic
+
+
+NONE = Topics({}, {})
+"""No change accepted: every topic read as Kafka names it."""
+
+
+def lost_offsets(
+    position: Position, kafka: Watermarks, topic: str, partition: int, incarnation: int
+) -> list[Change]:
+    """Skip what Kafka no longer holds of a partition: from where bronze stands (offset 0
+    for a partition it has not read) to Kafka's earliest offset."""
+    if (topic, partition) not in kafka:
+        raise LakehouseError(f"Kafka has no partition {partition} of topic {topic}")
+    read_to = position.get((topic, partition), 0)
+    earliest, _ = kafka[(topic, partition)]
+    if earliest <= read_to:
+        raise LakehouseError(
+            f"nothing of {topic} partition {partition} is lost: bronze reads offset "
+            f"{read_to:,} next and Kafka holds offsets from {earliest:,}"
+        )
+    return [Change("offsets_lost", topic, partition, read_to, earliest - 1, earliest, incarnation)]
+
+
+def retired_topic(
+    position: Position, planned: Position, kafka: Watermarks, topic: str, incarnation: int
+) -> list[Change]:
+    """Stop reading a topic that is gone from Kafka, with whatever it held that bronze had
+    not read; refused while Kafka still has it (bronze would read it again from offset 0)."""
+    if any(t == topic for t, _ in kafka):
+        raise LakehouseError(
+            f"topic {topic} is still in Kafka: retire a topic once it is deleted (a retired "
+            "topic that is still there would be read again from its first offset)"
+        )
+    partitions = sorted({p for t, p in (*position, *planned) if t == topic})
+    if not partitions:
+        raise LakehouseError(f"bronze reads no topic {topic}: nothing to retire")
+    return [
+        Change("topic_retired", topic, p, position.get((topic, p)), None, None, incarnation)
+        for p in partitions
+    ]
+
+
+def recreated_topic(
+    position: Position, kafka: Watermarks, topic: str, retired: bool, incarnation: int
+) -> list[Change]:
+    """Read a topic made again under an old name as its next incarnation, from its
+    earliest offsets; refused unless it is known to be new: it was retired, or one of its
+    partitions ends below where bronze stands in it."""
+    now = {p: ends for (t, p), ends in kafka.items() if t == topic}
+    if not now:
+        raise LakehouseError(f"topic {topic} is not in Kafka")
+    went_back = [p for p, (_, end) in now.items() if end < position.get((topic, p), 0)]
+    if not retired and not went_back:
+        raise LakehouseError(
+            f"topic {topic} does not look re-created: none of its partitions ends below "
+            "where bronze stands in it, and it was not retired"
+        )
+    old = {p for t, p in position if t == topic}
+    return [
+        Change(
+            "topic_recreated",
+            topic,
+            p,
+            position.get((topic, p)),
+            None,
+            now[p][0] if p in now else None,
+            incarnation + 1,
+        )
+        for p in sorted(old | set(now))
+    ]
+
+
+def moved(position: Position, changes: Sequence[Change]) -> dict[tuple[str, int], int]:
+    """Where bronze stands once `changes` are made."""
+    after = dict(position)
+    for c in changes:
+        if c.resumed_at is None:
+            after.pop((c.topic, c.partition), None)
+        else:
+            after[(c.topic, c.partition)] = c.resumed_at
+    return after
+
+
+def topics(spark: SparkSession, settings: Settings) -> Topics:
+    """What the accepted changes recorded so far say of the topics."""
+    location = settings.storage.table_uri(NAME)
+    if not catalog.is_delta(spark, location):
+        return NONE
+    latest = (
+        spark.read.format("delta")
+        .load(location)
+        .groupBy("topic")
+        .agg(
+            F.max_by(F.struct("change", "incarnation", "bronze_batch"), "bronze_batch").alias(
+                "last"
+            )
+        )
+        .select("topic", "last.*")
+        .collect()
+    )
+    return Topics(
+        {r.topic: r.incarnation for r in latest if r.incarnation > 1},
+        {r.topic: r.bronze_batch for r in latest if r.change == "topic_retired"},
+    )
+
+
+def accept(
+    spark: SparkSession,
+    settings: Settings,
+    change: str,
+    topic: str,
+    partition: int | None = None,
+    reason: str | None = None,
+) -> tuple[int, list[Change]]:
+    """Accept one change (`offsets_lost` of a partition, `topic_retired`,
+    `topic_recreated`): record it, then commit the batch that skips it. Run while bronze
+    is stopped; on S3 its leases make sure it is. Returns the batch and what it changed."""
+    from bronze import sensor_records
+    from lakehouse.services.kafka import watermarks
+
+    checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
+    location = settings.storage.table_uri(NAME)
+    with lease.holding(settings, sensor_records.WRITES, f"accept {change}"):
+        stands = positions.kafka_checkpoint(spark, checkpoint)
+        if stands is None:
+            raise LakehouseError(
+                "bronze has committed no batch yet: there is nothing to go on from; ingest "
+                "everything again with `lakehouse run bronze --full-refresh`"
+            )
+        batch = stands.committed + 1
+        if stands.planned is not None and delta.holds(
+            spark,
+            settings.storage.table_uri(sensor_records.NAME),
+            delta.Txn(stands.query_id, batch),
+        ):
+            raise LakehouseError(
+                f"bronze wrote its batch {batch} but did not commit it: run bronze once more "
+                "first (it commits the batch without writing it again)"
+            )
+        delta.create(spark, TABLE, location)
+        if unfinished := _recorded(spark, location, batch):  # an acceptance cut short
+            positions.commit_kafka_position(spark, checkpoint, moved(stands.position, unfinished))
+            stands = positions.kafka_checkpoint(spark, checkpoint)
+            assert stands is not None
+            batch = stands.committed + 1
+        position = stands.position
+        known = topics(spark, settings)
+        incarnation = known.incarnations.get(topic, 1)
+        kafka = watermarks(settings)
+        if change == "offsets_lost":
+            assert partition is not None
+            changes = lost_offsets(position, kafka, topic, partition, incarnation)
+        elif change == "topic_retired":
+            changes = retired_topic(position, stands.planned or {}, kafka, topic, incarnation)
+        else:
+            changes = recreated_topic(position, kafka, topic, topic in known.retired, incarnation)
+        _record(spark, location, changes, batch, reason)
+        positions.commit_kafka_position(spark, checkpoint, moved(position, changes))
+        return batch, changes
+
+
+def _record(
+    spark: SparkSession, location: str, changes: Sequence[Change], batch: int, reason: str | None
+) -> None:
+    accepted = {"bronze_batch": batch, "accepted_by": getpass.getuser(), "reason": reason}
+    now = datetime.now(UTC)
+    rows = [{**asdict(c), **accepted, "accepted_at": now} for c in changes]
+    schema = spark.read.format("delta").load(location).schema
+    delta.append(spark.createDataFrame(rows, schema), location)
+
+
+def _recorded(spark: SparkSession, location: str, batch: int) -> list[Change]:
+    """Changes recorded for `batch` or later: recorded, but their batch never committed."""
+    recorded = spark.read.format("delta").load(location).where(F.col("bronze_batch") >= batch)
+    return [Change(*(r[f] for f in Change.__dataclass_fields__)) for r in recorded.collect()]
+
+
+def history(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:
+    """Every accepted change, the latest first."""
+    location = settings.storage.table_uri(NAME)
+    if not catalog.is_delta(spark, location):
+        return []
+    rows = (
+        spark.read.format("delta")
+        .load(location)
+        .orderBy(F.desc("bronze_batch"), "topic", "partition")
+    )
+    return [r.asDict() for r in rows.collect()]
+
+
+def describe(change: Mapping[str, Any]) -> str:
+    """One change as a person reads it."""
+    where = f"{change['topic']}/{change['partition']}"
+    skipped_from, skipped_to = change["skipped_from"], change["skipped_to"]
+    if skipped_from is None:
+        skipped = "nothing read before"
+    elif skipped_to is None:
+        skipped = f"skipped from offset {skipped_from:,} on"
+    else:
+        skipped = f"skipped offsets {skipped_from:,}..{skipped_to:,}"
+    resumed = change["resumed_at"]
+    goes_on = "read no more" if resumed is None else f"reads from {resumed:,}"
+    incarnation = f" (incarnation {change['incarnation']})" if change["incarnation"] > 1 else ""
+    by = ""
+    if "accepted_by" in change:
+        by = f", by {change['accepted_by']} at {change['accepted_at']:%Y-%m-%d %H:%M:%S}"
+        by += f": {change['reason']}" if change.get("reason") else ""
+    return f"{change['change']:<16} {where}: {skipped}, {goes_on}{incarnation}{by}"

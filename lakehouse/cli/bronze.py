@@ -1,0 +1,95 @@
+"""`lakehouse bronze accept-loss|retire-topic|accept-recreated|changes`: the operator's
+ways on when Kafka changed under bronze, each recorded in bronze.kafka_changes."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from lakehouse.cli.context import spark_for
+from lakehouse.console import echo
+
+AFTER = (
+    "Run while bronze is stopped (on S3, its leases make sure it is). The change is "
+    "recorded in bronze.kafka_changes with who accepted it and when, then made a batch of "
+    "the bronze stream that reads nothing: every row bronze holds stays, once. "
+    "`lakehouse status` lists the changes accepted."
+)
+
+
+def add_commands(commands: Any) -> None:
+    command = commands.add_parser(
+        "bronze",
+        help="accept a change in Kafka that stopped bronze: offsets lost, a topic gone, a "
+        "topic re-created (changes: list those accepted)",
+        description="Bronze stops, never skips, when Kafka changes under it; each way on is "
+        "a command naming what it accepts. " + AFTER,
+    )
+    actions = command.add_subparsers(title="actions", metavar="ACTION", required=True)
+
+    loss = actions.add_parser(
+        "accept-loss",
+        help="go on from Kafka's earliest offset of a partition whose unread records are gone",
+        description="Kafka no longer holds offsets of TOPIC's PARTITION that bronze has not "
+        "read (retention, delete_records): skip them, from where bronze stands to Kafka's "
+        "earliest offset, and go on from there. Refused if nothing is lost. " + AFTER,
+    )
+    loss.add_argument("topic", metavar="TOPIC")
+    loss.add_argument("partition", metavar="PARTITION", type=int)
+    loss.set_defaults(change="offsets_lost")
+
+    retire = actions.add_parser(
+        "retire-topic",
+        help="stop reading a topic that was deleted (its sensor decommissioned)",
+        description="TOPIC is gone from Kafka: bronze reads it no more, whatever it held "
+        "that bronze had not read, and the other topics go on. Refused while Kafka still "
+        "has the topic. A retired topic that comes back is refused until accept-recreated. "
+        + AFTER,
+    )
+    retire.add_argument("topic", metavar="TOPIC")
+    retire.set_defaults(change="topic_retired")
+
+    recreated = actions.add_parser(
+        "accept-recreated",
+        help="read a topic deleted and made again under its name as its next incarnation",
+        description="TOPIC was deleted and made again (its offsets start again below where "
+        "bronze stands, or it was retired): read it from its earliest offsets as incarnation "
+        "N, its rows' topic written as TOPIC~N so that their (topic, partition, offset) "
+        "never meets the old incarnation's; silver credits them to the same sensor. What "
+        "bronze had not read of the old incarnation is skipped. " + AFTER,
+    )
+    recreated.add_argument("topic", metavar="TOPIC")
+    recreated.set_defaults(change="topic_recreated")
+
+    for action in (loss, retire, recreated):
+        action.add_argument("--reason", help="why, kept with the change")
+        action.set_defaults(handler=run_accept)
+
+    changes = actions.add_parser(
+        "changes", help="list the changes accepted", description="bronze.kafka_changes."
+    )
+    changes.set_defaults(handler=run_changes)
+
+
+def run_accept(args: argparse.Namespace) -> None:
+    from bronze import kafka_changes
+
+    settings, spark = spark_for(args, "bronze-accept")
+    partition = getattr(args, "partition", None)
+    batch, changes = kafka_changes.accept(
+        spark, settings, args.change, args.topic, partition, args.reason
+    )
+    echo(f"{kafka_changes.NAME}: accepted in bronze batch {batch}:")
+    for change in changes:
+        echo(f"  {kafka_changes.describe(asdict(change))}")
+
+
+def run_changes(args: argparse.Namespace) -> None:
+    from bronze import kafka_changes
+
+    settings, spark = spark_for(args, "bronze-changes")
+    found = kafka_changes.history(spark, settings)
+    echo(f"{kafka_changes.NAME}: {len(found)} partitions changed")
+    for row in found:
+        echo(f"  batch {row['bronze_batch']}: {kafka_changes.describe(row)}")
