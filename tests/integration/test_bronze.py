@@ -19,6 +19,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
 from lakehouse.settings import StorageSettings
+from silver.parsing import parse_records
 from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
@@ -271,6 +272,12 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         ("topic_recreated", gone, 2),
         ("topic_retired", gone, 1),
     ]
+    # Silver credits each incarnation's records to the sensor its topic names.
+    parsed = parse_records(spark.read.format("delta").load(path), prefix)
+    assert {(r.topic.split("~")[0], r.sensor_id) for r in parsed.collect()} == {
+        (kept, "sensor-001"),
+        (gone, "sensor-002"),
+    }
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:

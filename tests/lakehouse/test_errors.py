@@ -205,6 +205,41 @@ def test_a_loss_names_its_topic_partition_and_offsets(reason: str, missing: str)
     assert "nothing was skipped" in line
 
 
+@pytest.mark.parametrize(
+    ("condition", "reason", "line"),
+    [
+        (
+            "PARTITIONS_DELETED",
+            "Partitions Set(sensors.sensor-002-0, sensors.sensor-002-1) have been deleted.",
+            "Kafka topic sensors.sensor-002 is gone (deleted) with records this stream may "
+            "not have read; nothing was skipped. If its sensor is decommissioned: `lakehouse "
+            "bronze retire-topic sensors.sensor-002`",
+        ),
+        (
+            "PARTITION_OFFSET_CHANGED",
+            "Partition sensors.sensor-001-1 offset was changed from 1200 to 40. This could be "
+            "either 1) a user error ... or 2) the kafka topic-partition is deleted and re-created.",
+            "Kafka topic sensors.sensor-001 partition 1 now ends at offset 40, below offset "
+            "1,200 this stream reads next: the topic was deleted and made again? Nothing of it "
+            "was read; to ingest it as a new incarnation: `lakehouse bronze accept-recreated "
+            "sensors.sensor-001`",
+        ),
+        (
+            "ADDED_PARTITION_DOES_NOT_START_FROM_OFFSET_ZERO",
+            "Added partition sensors.sensor-003-0 starts from 17 instead of 0.",
+            "Kafka no longer holds offsets 0..16 of sensors.sensor-003 partition 0, which this "
+            "stream has not read",
+        ),
+    ],
+)
+def test_a_topic_gone_or_made_again_is_named_with_the_command_that_goes_on(
+    condition: str, reason: str, line: str
+) -> None:
+    said = f"[KAFKA_DATA_LOSS.{condition}] Some data may have been lost ... Reason: {reason}"
+    chain = [STREAM_FAILED, Thrown("org.apache.spark.SparkIllegalStateException", said)]
+    assert explain_chain(chain).startswith(line)
+
+
 def test_an_incompatible_state_schema_says_how_to_rebuild() -> None:
     chain = [
         STREAM_FAILED,
