@@ -11,7 +11,7 @@ from lakehouse.delta import Txn
 from lakehouse.execution import NodeResult
 from lakehouse.progress import Recorder, batch_row, node_row
 from lakehouse.settings import FreshnessRule
-from lakehouse.status import Status, changed_rows, kafka_lag, level_of
+from lakehouse.status import Status, changed_rows, kafka_lag, level_of, lines
 
 # As Spark's StreamingQueryProgress.json has it for a Kafka source with a state operator.
 PROGRESS = {
@@ -163,3 +163,26 @@ def test_spans_and_sizes_read_as_a_person_reads_them() -> None:
         "2d 4h",
     ]
     assert [size(n) for n in (812, 3.25 * 2**20)] == ["812 B", "3.2 MiB"]
+
+
+def test_status_lists_the_kafka_changes_accepted_with_who_and_when() -> None:
+    accepted = {
+        "change": "offsets_lost",
+        "topic": "sensors.a",
+        "partition": 0,
+        "skipped_from": 120,
+        "skipped_to": 239,
+        "resumed_at": 240,
+        "incarnation": 1,
+        "bronze_batch": 9,
+        "accepted_by": "ops",
+        "accepted_at": datetime(2026, 11, 26, 3, 0, tzinfo=UTC),
+        "reason": "retention ran out over the weekend",
+    }
+    said = lines(Status(kafka_changes=[accepted]))
+    assert (
+        "  batch 9: offsets_lost     sensors.a/0: skipped offsets 120..239, reads from 240, "
+        "by ops at 2026-11-26 03:00:00: retention ran out over the weekend"
+    ) in said
+    # Accepted changes are a record, not a fault: the level stays ok.
+    assert Status(kafka_changes=[accepted]).exit_code == 0
