@@ -258,6 +258,38 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class SqlSettings:
+    """`lakehouse sql` and the SQL server: where the server listens, whom it admits, and
+    what one statement may take."""
+
+    host: str
+    """The server's address: beyond loopback only with a `user` and its password."""
+    port: Annotated[int, Port]
+    user: str
+    """Empty: the server admits anyone who reaches it (so it listens on loopback only).
+    A name: it admits only that user, with the password in $LAKEHOUSE_SQL_PASSWORD."""
+    max_result_bytes: Annotated[int, Positive]
+    """What one statement's result may take in the driver (spark.driver.maxResultSize)."""
+    query_timeout_seconds: Annotated[int, Positive]
+    """How long the server lets a statement run before cancelling it."""
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in ("127.0.0.1", "localhost", "::1")
+
+
+SQL_PASSWORD_ENV = "LAKEHOUSE_SQL_PASSWORD"
+"""The SQL server's password: read by the server's JVM from its environment, never
+passed on a command line or kept in a file of the repository."""
+
+
+def secret_set(name: str) -> bool:
+    """Whether the environment holds a (non-empty) secret under `name`; its value stays
+    where it is."""
+    return bool(os.environ.get(name))
+
+
+@dataclass(frozen=True)
 class FreshnessRule:
     """How old a table's newest data may be before `lakehouse status` warns or errs."""
 
@@ -289,6 +321,7 @@ class Settings:
     compact: CompactSettings
     quality: QualitySettings
     metrics: MetricsSettings
+    sql: SqlSettings
     status: StatusSettings
     supervision: SupervisionSettings
 

@@ -25,13 +25,17 @@ from pyspark.sql import SparkSession
 
 from lakehouse import jars
 from lakehouse.catalog import LAYERS
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.errors import LakehouseError, SettingsError, explain
+from lakehouse.settings import SQL_PASSWORD_ENV, SqlSettings, secret_set
 
 FORMATS = ("table", "csv", "json")
 
 
-def session_conf(allow_writes: bool, server_port: int | None = None) -> dict[str, str]:
-    """Spark properties of a SQL application: the guard, and the server's address."""
+def session_conf(
+    allow_writes: bool, sql: SqlSettings, server_port: int | None = None
+) -> dict[str, str]:
+    """Spark properties of a SQL application: the guard, the bounds of one statement, and
+    the server's address and who it admits."""
     conf = {
         "spark.sql.extensions": (
             f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}"
@@ -39,17 +43,53 @@ def session_conf(allow_writes: bool, server_port: int | None = None) -> dict[str
         "spark.lakehouse.sql.readOnly": str(not allow_writes).lower(),
         "spark.lakehouse.sql.databases": ",".join(LAYERS),
         "spark.driver.extraClassPath": str(jars.sql_extension()),
+        # A larger result fails the statement with a line; it is never cut short.
+        "spark.driver.maxResultSize": str(sql.max_result_bytes),
     }
     if server_port is not None:
         # The server's handler threads load classes through the system class loader, which
         # sees only the driver's class path, never spark.jars: Delta must be on it too.
         classpath = [str(j) for j in jars.jars("spark")] + [str(jars.sql_extension())]
         conf["spark.driver.extraClassPath"] = os.pathsep.join(classpath)
-        conf["spark.hadoop.hive.server2.thrift.bind.host"] = "127.0.0.1"
+        conf["spark.hadoop.hive.server2.thrift.bind.host"] = sql.host
         conf["spark.hadoop.hive.server2.thrift.port"] = str(server_port)
+        conf["spark.sql.thriftServer.queryTimeout"] = f"{sql.query_timeout_seconds}s"
         # One line per refused or failed statement in the client, not a server stack trace.
         conf["spark.sql.hive.thriftServer.async"] = "false"
+        conf.update(admission(sql))
     return conf
+
+
+def admission(sql: SqlSettings) -> dict[str, str]:
+    """Whom the server admits: anyone who reaches it on loopback, or the one user of
+    `sql.user` with the password in the server's environment."""
+    if not sql.user:
+        if not sql.loopback:
+            raise SettingsError(
+                f"sql.host: refusing to serve SQL on {sql.host} to anyone who reaches it; "
+                f"set sql.user and ${SQL_PASSWORD_ENV} to admit one user, or keep sql.host "
+                "127.0.0.1"
+            )
+        return {}
+    if not secret_set(SQL_PASSWORD_ENV):
+        raise SettingsError(
+            f"sql.user is {sql.user!r} but ${SQL_PASSWORD_ENV} is not set: the server "
+            "would admit no one"
+        )
+    return {"spark.hadoop.hive.server2.authentication": "CUSTOM"}
+
+
+def authenticator_properties(sql: SqlSettings) -> dict[str, str]:
+    """The JVM system properties HiveServer2 finds its CUSTOM authenticator by (it reads
+    them, not the server's configuration): `jvm/src/lakehouse/sql/PasswordAuthenticator.java`,
+    which reads the password from the server's environment itself, so that it is never a
+    Spark property or an argument."""
+    if not sql.user:
+        return {}
+    return {
+        "hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator",
+        "lakehouse.sql.user": sql.user,
+    }
 
 
 def split_statements(text: str) -> list[str]:
@@ -136,10 +176,12 @@ def render(columns: list[str], rows: list[Any], fmt: str) -> Iterator[str]:
     yield f"({len(rows):,} row{'s' if len(rows) != 1 else ''})"
 
 
-def serve(spark: SparkSession, stop: threading.Event) -> None:
+def serve(spark: SparkSession, sql: SqlSettings, stop: threading.Event) -> None:
     """Run Spark's Thrift JDBC/ODBC server on this application until `stop` is set."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
+    for key, value in authenticator_properties(sql).items():
+        jvm.java.lang.System.setProperty(key, value)
     server_class = getattr(jvm, "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2")
     try:
         server = server_class.startWithContext(spark._jsparkSession.sqlContext())

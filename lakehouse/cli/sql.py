@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from lakehouse.cli.context import spark_for
+from lakehouse.cli.context import settings_of, spark_for
 from lakehouse.console import echo
 from lakehouse.errors import LakehouseError
 
@@ -39,12 +39,16 @@ def add_commands(commands: Any) -> None:
 
     server = commands.add_parser(
         "sql-server",
-        help="Spark's Thrift JDBC/ODBC server on 127.0.0.1 for BI tools and beeline, read-only",
+        help="Spark's Thrift JDBC/ODBC server for BI tools and beeline, read-only",
         description="Serve the shared catalog over JDBC/ODBC (HiveServer2 protocol) until "
         "Ctrl-C, e.g. beeline -u jdbc:hive2://127.0.0.1:10000/gold. Read-only unless "
-        "--allow-writes is given; no client setting can switch that off.",
+        "--allow-writes is given; no client setting can switch that off. It listens on "
+        "sql.host (127.0.0.1 by default); beyond loopback only with sql.user set, and then "
+        "admits that user alone, with the password in $LAKEHOUSE_SQL_PASSWORD. A statement "
+        "runs for sql.query_timeout_seconds at most, and its result may take "
+        "sql.max_result_bytes.",
     )
-    server.add_argument("--port", type=int, default=10000, help="default: 10000")
+    server.add_argument("--port", type=int, help="default: sql.port in conf (10000)")
     server.add_argument("--allow-writes", action="store_true", help="permit DDL and DML")
     server.set_defaults(handler=run_sql_server)
 
@@ -58,7 +62,8 @@ def run_sql(args: argparse.Namespace) -> None:
     statements = sql.split_statements(text)
     if not statements:
         raise LakehouseError("no SQL statement given")
-    _, spark = spark_for(args, "sql", sql.session_conf(args.allow_writes))
+    settings = settings_of(args)
+    _, spark = spark_for(args, "sql", sql.session_conf(args.allow_writes, settings.sql))
     sql.run_statements(spark, statements, args.format, args.max_rows)
 
 
@@ -73,13 +78,20 @@ def run_sql_server(args: argparse.Namespace) -> None:
     from lakehouse import sql
     from lakehouse.services import process
 
-    if not process.free(args.port):
-        raise LakehouseError(f"port {args.port} on 127.0.0.1 is taken; choose another with --port")
-    _, spark = spark_for(args, "sql-server", sql.session_conf(args.allow_writes, args.port))
+    settings = settings_of(args)
+    port = args.port or settings.sql.port
+    conf = sql.session_conf(args.allow_writes, settings.sql, port)  # refuses an open server
+    if not process.free(port):
+        raise LakehouseError(f"port {port} on 127.0.0.1 is taken; choose another with --port")
+    _, spark = spark_for(args, "sql-server", conf)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     mode = "read-write" if args.allow_writes else "read-only"
-    echo(f"SQL server ({mode}) on jdbc:hive2://127.0.0.1:{args.port}/default; Ctrl-C stops it")
-    sql.serve(spark, stop)
+    who = f"user {settings.sql.user} with its password" if settings.sql.user else "anyone"
+    echo(
+        f"SQL server ({mode}, admitting {who}) on jdbc:hive2://{settings.sql.host}:{port}/default;"
+        " Ctrl-C stops it"
+    )
+    sql.serve(spark, settings.sql, stop)
     echo("SQL server stopped")

@@ -21,7 +21,7 @@ from lakehouse.catalog import LAYERS
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
 from lakehouse.services import process
-from lakehouse.settings import Settings
+from lakehouse.settings import SQL_PASSWORD_ENV, Settings
 from silver import reconstruct
 from tests.integration.test_gold import INCREMENTS, Bronze
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
@@ -212,11 +212,26 @@ def guard_check(spark: SparkSession, statement: str) -> str | None:
     return refusal or guard.check(state.analyzer().execute(parsed))
 
 
-def test_sql_server_answers_beeline_and_refuses_its_writes(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]]
+def test_sql_server_admits_its_user_bounds_each_statement_and_refuses_writes(
+    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], tmp_path: Path
 ) -> None:
-    _, env = gold_lake
+    _, lake = gold_lake
     port = process.free_port()
+    env = {
+        **lake,
+        "LAKEHOUSE__SQL__HOST": "0.0.0.0",
+        "LAKEHOUSE__SQL__USER": "analyst",
+        "LAKEHOUSE__SQL__MAX_RESULT_BYTES": str(8 << 20),
+        "LAKEHOUSE__SQL__QUERY_TIMEOUT_SECONDS": "15",
+    }
+    # Beyond loopback, a server that would admit anyone does not start.
+    refused = run_lakehouse("sql-server", "--port", str(port), env=env, timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith(
+        "sql.user is 'analyst' but $LAKEHOUSE_SQL_PASSWORD is not set: the server would "
+        "admit no one"
+    )
+    env[SQL_PASSWORD_ENV] = PASSWORD
     server = subprocess.Popen(
         lakehouse_command("sql-server", "--port", str(port)),
         env={**os.environ, **env},
@@ -231,36 +246,57 @@ def test_sql_server_answers_beeline_and_refuses_its_writes(
             assert server.poll() is None, server.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the SQL server did not listen"
             time.sleep(0.5)
-        answer = beeline(port, HOURLY)
-        refusal = beeline(port, "DROP TABLE gold.sensor_hourly")
-        jvm_call = beeline(port, f"SELECT java_method({JVM_CALL})")
+        said = {
+            "answer": beeline(port, HOURLY, tmp_path),
+            "stranger": beeline(port, HOURLY, tmp_path, password="guess"),
+            "refusal": beeline(port, "DROP TABLE gold.sensor_hourly", tmp_path),
+            "jvm_call": beeline(port, f"SELECT java_method({JVM_CALL})", tmp_path),
+            "too_big": beeline(port, "SELECT sha2(string(id), 512) FROM range(400000)", tmp_path),
+            "too_long": beeline(port, "SELECT max(id % 7) FROM range(1000000000000)", tmp_path),
+        }
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=60)
 
+    answer = said.pop("answer")
     assert answer.returncode == 0, answer.stderr[-2000:]
     rows = list(csv.reader(_without_prompt(answer.stdout)))
     assert rows[0] == ["sensor_id", "hour", "updates"]
     assert [[s, h[:19], u] for s, h, u in rows[1:]] == expected_hourly(spark)
-    assert refusal.returncode != 0
-    assert (
-        "read-only: DROP TABLE (DropTable) changes data or the catalog"
-        in refusal.stdout + refusal.stderr
-    )
+    assert all(r.returncode != 0 for r in said.values()), {n: r.stdout[-500:] + r.stderr[-1500:] for n, r in said.items() if r.returncode == 0}
+    text = {name: r.stdout + r.stderr for name, r in said.items()}
+    assert "Error validating the login" in text["stranger"]  # HiveServer2 tells no more
+    assert "read-only: DROP TABLE (DropTable) changes data or the catalog" in text["refusal"]
     assert spark.catalog.tableExists("gold.sensor_hourly")
-    assert jvm_call.returncode != 0
-    assert NOT_A_VALUE_FUNCTION in jvm_call.stdout + jvm_call.stderr
+    assert NOT_A_VALUE_FUNCTION in text["jvm_call"]
+    assert "bigger than spark.driver.maxResultSize (8.0 MiB)" in text["too_big"]
+    assert "timed out" in text["too_long"].lower(), text["too_long"][-2000:]
     assert server.returncode == 0, err[-2000:]
-    assert "SQL server (read-only) on jdbc:hive2://127.0.0.1:" in out
+    assert (
+        "SQL server (read-only, admitting user analyst with its password) on jdbc:hive2://0.0.0.0:"
+    ) in out
 
 
-def beeline(port: int, statement: str) -> subprocess.CompletedProcess[str]:
+PASSWORD = "s3cret-kept-off-command-lines"
+"""beeline splits its own `!connect` line at spaces and quotes: a plain password."""
+
+
+def beeline(
+    port: int, statement: str, folder: Path, user: str = "analyst", password: str = PASSWORD
+) -> subprocess.CompletedProcess[str]:
     home = Path(pyspark.__file__).parent
+    secret = folder / "password"  # beeline -w: the password stays off beeline's command line
+    secret.write_text(password)
+    secret.chmod(0o600)
     return subprocess.run(
         [
             str(home / "bin" / "beeline"),
             "-u",
             f"jdbc:hive2://127.0.0.1:{port}/gold",
+            "-n",
+            user,
+            "-w",
+            str(secret),
             "--silent=true",
             "--outputformat=csv2",
             "-e",
