@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import time
 import zipfile
@@ -35,6 +36,11 @@ project) for the rest of the process."""
 
 STATE_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+SECRET = re.compile(r"(?i)secret|password|token|access[.]?key")
+"""Spark properties that hold a secret (the names Spark's own redaction matches): kept off
+the command line of the JVM that `start_jvm` launches."""
 
 
 def build_spark(
@@ -121,9 +127,12 @@ def start_jvm(conf: dict[str, str], log: Path) -> None:
             started = time.strftime("%Y-%m-%d %H:%M:%S")
             out.write(f"\n==== {started} pid {os.getpid()}: {' '.join(sys.argv)}\n".encode())
             out.flush()
+            # Secrets reach the JVM later, through py4j, with the rest of the session's
+            # settings: the command that starts it is in `ps` for every user to read.
+            public = [(k, v) for k, v in conf.items() if not SECRET.search(k)]
             try:
                 gateway = launch_gateway(
-                    SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                    SparkConf(loadDefaults=False).setAll(public),
                     popen_kwargs={"stdout": out, "stderr": out},
                 )
             except PySparkRuntimeError:
@@ -172,7 +181,7 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     """Hadoop's S3A settings from the `s3` settings, when the lake is on S3."""
     if not settings.storage.root.startswith("s3a://"):
         return {}
-    from lakehouse.services.s3 import resolve_endpoint
+    from lakehouse.services.s3 import credentials, resolve_endpoint
 
     s3 = settings.s3
     conf = {
@@ -182,9 +191,10 @@ def s3a_conf(settings: Settings) -> dict[str, str]:
     endpoint = resolve_endpoint(settings)
     if endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
-    if s3.access_key:
-        conf["spark.hadoop.fs.s3a.access.key"] = s3.access_key
-        conf["spark.hadoop.fs.s3a.secret.key"] = s3.secret_key
+    access_key, secret_key = credentials(settings)
+    if access_key:
+        conf["spark.hadoop.fs.s3a.access.key"] = access_key
+        conf["spark.hadoop.fs.s3a.secret.key"] = secret_key
     return conf
 
 

@@ -6,6 +6,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from lakehouse import PROJECT_ROOT
@@ -112,3 +115,29 @@ def foreign_lines(output: str) -> list[str]:
         for line in output.splitlines()
         if not line.startswith("lakehouse: ") and FOREIGN.search(line)
     ]
+
+
+@contextmanager
+def command_lines_seen(every_s: float = 0.2) -> Iterator[set[str]]:
+    """The command line of every process on the machine, as `ps` shows them to any user,
+    sampled while the block runs."""
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            for entry in Path("/proc").iterdir():
+                try:
+                    line = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+                except OSError:  # ended meanwhile
+                    continue
+                seen.add(line.replace(b"\0", b" ").decode(errors="replace").strip())
+            stop.wait(every_s)
+
+    sampler = threading.Thread(target=sample, daemon=True, name="command-lines")
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        sampler.join()

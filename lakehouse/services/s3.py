@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import sys
 import urllib.request
@@ -47,12 +48,37 @@ class EmbeddedS3:
 
     title: ClassVar[str] = "S3 server"
     home: Path
-    access_key: str
-    secret_key: str
+    access_key: str = ""
+    secret_key: str = ""
+    """Empty: the server's own identity, made at its first use (`identity`)."""
 
     @classmethod
-    def under(cls, local_state_dir: Path, access_key: str, secret_key: str) -> EmbeddedS3:
+    def under(cls, local_state_dir: Path, access_key: str = "", secret_key: str = "") -> EmbeddedS3:
         return cls(local_state_dir / "s3", access_key, secret_key)
+
+    def keys(self) -> tuple[str, str]:
+        """The access and secret key the server admits."""
+        return (self.access_key, self.secret_key) if self.access_key else self.identity()
+
+    def identity(self) -> tuple[str, str]:
+        """Keys made for this server at its first use, in a file only this user can read:
+        no secret of it in the repository, on a command line or in another user's reach."""
+        path = self.home / "identity.json"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made = {
+                "access_key": f"lakehouse-{secrets.token_hex(4)}",
+                "secret_key": secrets.token_urlsafe(24),
+            }
+            try:
+                with os.fdopen(
+                    os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w"
+                ) as out:
+                    json.dump(made, out)
+            except FileExistsError:  # made meanwhile by another process: that one holds
+                pass
+        held = json.loads(path.read_text())
+        return held["access_key"], held["secret_key"]
 
     @property
     def log_file(self) -> Path:
@@ -90,7 +116,7 @@ class EmbeddedS3:
         return process.stop(self.home / "server.pid", timeout_s)
 
     def client(self, endpoint: str) -> Any:
-        return s3_client(endpoint, "us-east-1", self.access_key, self.secret_key)
+        return s3_client(endpoint, "us-east-1", *self.keys())
 
     def _launch(self, timeout_s: float) -> str:
         (self.home / "data").mkdir(parents=True, exist_ok=True)
@@ -113,11 +139,8 @@ class EmbeddedS3:
             *(f"-{flag}={port}" for flag, port in ports.items()),
         ]
         # weed mini takes the S3 identity from the standard AWS variables.
-        env = {
-            **os.environ,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-        }
+        access_key, secret_key = self.keys()
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": access_key, "AWS_SECRET_ACCESS_KEY": secret_key}
         endpoint = f"http://127.0.0.1:{ports['s3.port']}"
         process.launch(
             "S3 server",
@@ -175,7 +198,7 @@ def resolve_endpoint(settings: Settings) -> str | None:
     """The configured endpoint, the running embedded server's, or None for AWS itself."""
     if settings.s3.endpoint != EMBEDDED:
         return settings.s3.endpoint or None
-    server = EmbeddedS3.under(settings.storage.local_state_dir, "", "")
+    server = EmbeddedS3.under(settings.storage.local_state_dir)
     endpoint = server.address()
     if endpoint is None:
         raise LakehouseError(
@@ -185,11 +208,21 @@ def resolve_endpoint(settings: Settings) -> str | None:
     return endpoint
 
 
+def credentials(settings: Settings) -> tuple[str, str]:
+    """The keys requests are signed with: the `s3` settings' (a target takes them from the
+    environment, `${AWS_SECRET_ACCESS_KEY}`), else the embedded server's own identity,
+    else none: AWS's default chain (environment, instance role)."""
+    s3 = settings.s3
+    if s3.access_key or s3.endpoint != EMBEDDED:
+        return s3.access_key, s3.secret_key
+    return EmbeddedS3.under(settings.storage.local_state_dir).keys()
+
+
 def client(settings: Settings) -> Any:
     """A boto3 S3 client for the `s3` settings."""
     s3 = settings.s3
     endpoint = resolve_endpoint(settings)
-    return s3_client(endpoint, s3.region, s3.access_key, s3.secret_key, s3.path_style)
+    return s3_client(endpoint, s3.region, *credentials(settings), s3.path_style)
 
 
 def s3_client(

@@ -37,6 +37,8 @@ from tests.integration.test_silver import assert_matches, silver_tables, small_s
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, write_bronze
 from tests.support import (
+    S3_KEYS,
+    command_lines_seen,
     lakehouse_command,
     overrides,
     run_lakehouse,
@@ -101,9 +103,15 @@ def test_the_pipeline_on_the_cluster_with_s3_gives_the_same_tables_as_one_local_
     env = on_cluster(s3_env(tmp_path / "on-cluster", kafka_bootstrap, s3), cluster)
     env["LAKEHOUSE__KAFKA__TOPIC_PREFIX"] = spec.topic_prefix
 
-    for command in PIPELINE:
-        result = run_lakehouse(*command, env=env, timeout=600)
-        assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
+    with command_lines_seen() as command_lines:
+        for command in PIPELINE:
+            result = run_lakehouse(*command, env=env, timeout=600)
+            assert result.returncode == 0, f"{command}: {result.stderr[-2000:]}"
+    # Every process the pipeline started, the jobs' JVMs and the cluster's executors
+    # included, was seen; none had the S3 secret on its command line for `ps` to show.
+    assert any("spark.app.name=lakehouse-all" in line for line in command_lines)
+    assert any("CoarseGrainedExecutorBackend" in line for line in command_lines)
+    assert not [line for line in command_lines if S3_KEYS[1] in line]
 
     root = env["LAKEHOUSE__STORAGE__ROOT"]
     for name in COMPARED:

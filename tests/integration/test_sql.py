@@ -263,7 +263,9 @@ def test_sql_server_admits_its_user_bounds_each_statement_and_refuses_writes(
     rows = list(csv.reader(_without_prompt(answer.stdout)))
     assert rows[0] == ["sensor_id", "hour", "updates"]
     assert [[s, h[:19], u] for s, h, u in rows[1:]] == expected_hourly(spark)
-    assert all(r.returncode != 0 for r in said.values()), {n: r.stdout[-500:] + r.stderr[-1500:] for n, r in said.items() if r.returncode == 0}
+    assert all(r.returncode != 0 for r in said.values()), {
+        n: r.stdout[-500:] + r.stderr[-1500:] for n, r in said.items() if r.returncode == 0
+    }
     text = {name: r.stdout + r.stderr for name, r in said.items()}
     assert "Error validating the login" in text["stranger"]  # HiveServer2 tells no more
     assert "read-only: DROP TABLE (DropTable) changes data or the catalog" in text["refusal"]

@@ -9,6 +9,7 @@ import pytest
 from lakehouse import PROJECT_ROOT
 from lakehouse.errors import SettingsError
 from lakehouse.settings import load_settings
+from lakehouse.spark import SECRET
 
 
 @pytest.fixture
@@ -187,3 +188,21 @@ def test_bad_settings_exit_2_with_one_line_before_anything_is_written(
         " -1.0 must be greater than 0"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "secret"),
+    [
+        ("spark.hadoop.fs.s3a.secret.key", True),
+        ("spark.hadoop.fs.s3a.access.key", True),
+        ("spark.hadoop.fs.s3a.session.token", True),
+        ("spark.hadoop.javax.jdo.option.ConnectionPassword", True),
+        ("spark.hadoop.fs.s3a.aws.credentials.provider", False),
+        ("spark.hadoop.fs.s3a.endpoint", False),
+        ("spark.app.name", False),
+    ],
+)
+def test_spark_properties_that_hold_a_secret_stay_off_the_jvms_command_line(
+    key: str, secret: bool
+) -> None:
+    assert bool(SECRET.search(key)) is secret
