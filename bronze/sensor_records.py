@@ -18,7 +18,12 @@ from lakehouse import catalog, delta, lease, positions, progress
 from lakehouse.delta import Txn
 from lakehouse.errors import LakehouseError
 from lakehouse.quality import gates, store
-from lakehouse.services.kafka import check_reachable, resolve_bootstrap
+from lakehouse.services.kafka import (
+    check_reachable,
+    client_options,
+    java_options,
+    resolve_bootstrap,
+)
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import (
     AfterBatch,
@@ -87,7 +92,7 @@ def read_kafka(
         # not come, once per task: measured, that doubled the time of a 1M-record ingest.
         .option("kafka.fetch.max.wait.ms", "20")
     )
-    for key, value in kafka.options.items():
+    for key, value in java_options(kafka).items():
         reader = reader.option(f"kafka.{key}", value)
     return reader.load()
 
@@ -215,7 +220,13 @@ def refuse_a_rebuild_that_loses_records(
         .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
         .collect()
     )
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lakehouse-bronze-check"})
+    consumer = Consumer(
+        {
+            **client_options(kafka),
+            "bootstrap.servers": bootstrap,
+            "group.id": "lakehouse-bronze-check",
+        }
+    )
     lost = []
     try:
         for r in sorted(held):

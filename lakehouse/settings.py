@@ -101,6 +101,38 @@ class StorageSettings:
         return PROJECT_ROOT / self.local_state  # an absolute local_state wins over the root
 
 
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KafkaProtocol = Rule(lambda v: v in KAFKA_PROTOCOLS, f"must be one of {', '.join(KAFKA_PROTOCOLS)}")
+KAFKA_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+KafkaMechanism = Rule(
+    lambda v: v in KAFKA_MECHANISMS, f"must be one of {', '.join(KAFKA_MECHANISMS)}"
+)
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How every Kafka client of the project connects: Spark's (Java) and the producer's and
+    status's (librdkafka), each given these in its own terms
+    (`lakehouse.services.kafka.java_options`, `client_config`)."""
+
+    protocol: Annotated[str, KafkaProtocol]
+    mechanism: Annotated[str, KafkaMechanism]
+    """The SASL mechanism, with a SASL_* protocol."""
+    username: str
+    password: str
+    """From the environment (`${KAFKA_PASSWORD}`), never written in a file of the repo."""
+    ca_file: str
+    """PEM of the certificates that signed the brokers', with SSL; empty: the system's."""
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap_servers: str
@@ -108,8 +140,10 @@ class KafkaSettings:
     topic_prefix: str
     partitions: Annotated[int, Positive]
     """Partitions of each topic the producer creates."""
+    security: KafkaSecurity
     options: dict[str, str]
-    """Kafka client properties (security, timeouts), given to Spark as `kafka.<key>`."""
+    """More Kafka client properties that Java's and librdkafka's clients both know
+    (`client.id`, timeouts), given to Spark as `kafka.<key>`."""
 
     @property
     def topic_pattern(self) -> str:

@@ -51,7 +51,7 @@ def add_commands(commands: Any) -> None:
 
 def run_produce(args: argparse.Namespace) -> None:
     from lakehouse.producer import TrafficSpec, produce
-    from lakehouse.services.kafka import check_reachable, resolve_bootstrap
+    from lakehouse.services.kafka import check_reachable, client_options, resolve_bootstrap
 
     settings = settings_of(args)
     faults: dict[str, int] = {}
@@ -77,7 +77,7 @@ def run_produce(args: argparse.Namespace) -> None:
     rate = None if args.rate == "max" else float(args.rate)
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
-    report = produce(spec, bootstrap, settings.kafka.options, rate, progress=not args.json)
+    report = produce(spec, bootstrap, client_options(settings.kafka), rate, progress=not args.json)
     echo(report.to_json() if args.json else report.to_text())
 
 

@@ -21,7 +21,7 @@ from typing import ClassVar
 from lakehouse import jars
 from lakehouse.errors import LakehouseError, Unavailable, explain
 from lakehouse.services import process
-from lakehouse.settings import EMBEDDED, Settings
+from lakehouse.settings import EMBEDDED, KafkaSettings, Settings
 
 _LOG4J2 = """\
 status = warn
@@ -199,13 +199,55 @@ def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:
     raise Unavailable(f"Kafka is unreachable: {'; '.join(failures)}")
 
 
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_options(kafka: KafkaSettings) -> dict[str, str]:
+    """The properties of Kafka's Java clients (Spark's source, as `kafka.<key>`)."""
+    security = kafka.security
+    found = {"security.protocol": security.protocol}
+    if security.sasl:
+        found["sasl.mechanism"] = security.mechanism
+        found["sasl.jaas.config"] = (
+            f"{_LOGIN_MODULES[security.mechanism]} required "
+            f'username="{_quoted(security.username)}" password="{_quoted(security.password)}";'
+        )
+    if security.tls and security.ca_file:
+        found["ssl.truststore.type"] = "PEM"
+        found["ssl.truststore.location"] = security.ca_file
+    return {**found, **kafka.options}
+
+
+def client_options(kafka: KafkaSettings) -> dict[str, str]:
+    """The configuration of librdkafka's clients (the producer, status, admin calls), but
+    for `bootstrap.servers`."""
+    security = kafka.security
+    found = {"security.protocol": security.protocol}
+    if security.sasl:
+        found["sasl.mechanisms"] = security.mechanism
+        found["sasl.username"] = security.username
+        found["sasl.password"] = security.password
+    if security.tls and security.ca_file:
+        found["ssl.ca.location"] = security.ca_file
+    return {**found, **kafka.options}
+
+
+def _quoted(value: str) -> str:
+    """`value` inside a JAAS configuration's double quotes, where `\\` escapes."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
     sensors' pattern."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     config = {
-        **settings.kafka.options,
+        **client_options(settings.kafka),
         "bootstrap.servers": resolve_bootstrap(settings),
         "group.id": "lakehouse-watermarks",  # never joins or commits: only asks for offsets
     }

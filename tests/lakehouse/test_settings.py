@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.errors import SettingsError
-from lakehouse.settings import load_settings
+from lakehouse.services.kafka import client_options, java_options
+from lakehouse.settings import KafkaSecurity, load_settings
 from lakehouse.spark import SECRET
 
 
@@ -84,6 +86,7 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
         "KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9093,kafka-2:9093",
         "KAFKA_USERNAME": "ingest",
         "KAFKA_PASSWORD": "p4ss",
+        "KAFKA_CA_FILE": "/etc/kafka/ca.pem",
         "HIVE_METASTORE_URI": "thrift://hive-metastore:9083",
     }
     settings = load_settings("cluster", environ=variables)
@@ -92,7 +95,14 @@ def test_cluster_target_takes_secrets_from_environment() -> None:
     assert settings.storage.checkpoint_uri("bronze.sensor_records") == (
         "s3a://lake/lakehouse/_checkpoints/bronze/sensor_records"
     )
-    assert 'password="p4ss"' in settings.kafka.options["sasl.jaas.config"]
+    assert java_options(settings.kafka) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="ingest" password="p4ss";',
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": "/etc/kafka/ca.pem",
+    }
     assert settings.catalog.metastore == "thrift://hive-metastore:9083"
 
 
@@ -206,3 +216,12 @@ def test_spark_properties_that_hold_a_secret_stay_off_the_jvms_command_line(
     key: str, secret: bool
 ) -> None:
     assert bool(SECRET.search(key)) is secret
+
+
+def test_a_kafka_password_with_quotes_reaches_both_clients_whole() -> None:
+    security = KafkaSecurity("SASL_SSL", "PLAIN", "ingest", "p\"4\\s's", "")
+    kafka = replace(load_settings("local", environ={}).kafka, security=security)
+    # JAAS reads a quoted value with `\` escapes; librdkafka takes the password as it is.
+    jaas = java_options(kafka)["sasl.jaas.config"]
+    assert jaas.endswith(' password="p\\"4\\\\s\'s";')
+    assert client_options(kafka)["sasl.password"] == "p\"4\\s's"
