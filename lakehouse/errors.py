@@ -169,6 +169,8 @@ _RETRIABLE = (
     "software.amazon.awssdk.core.exception.ApiCallTimeoutException",
     "software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException",
 )
+# Kafka refusing who connects: a restart would be refused alike.
+_REFUSED_CREDENTIALS = (".SaslAuthenticationException", ".SslAuthenticationException")
 _LOST_EXECUTOR = re.compile(r"ExecutorLostFailure|executor \S+ (?:was )?lost", re.I)
 _UNAVAILABLE = f"{__name__}.{Unavailable.__name__}"
 # The SQL guard (jvm/src/lakehouse/sql) refuses a plan with this class, worded `read-only: `.
@@ -339,6 +341,11 @@ def _kafka(chain: list[Thrown], _checkpoint: str) -> str | None:
     kafka = [t for t in chain if t.name.startswith("org.apache.kafka.")]
     if not kafka:
         return None
+    if refused := _first(t for t in kafka if t.name.endswith(_REFUSED_CREDENTIALS)):
+        return (
+            "Kafka refused the credentials of kafka.security (user and password, mechanism, "
+            f"protocol): {first_line(refused.message)}"
+        )
     if any(t.name == "org.apache.kafka.common.errors.TimeoutException" for t in kafka):
         return "Kafka did not answer in time (is the broker up?): " + first_line(kafka[-1].message)
     return f"Kafka: {kafka[-1].name.rsplit('.', 1)[-1]}: {first_line(kafka[-1].message)}"

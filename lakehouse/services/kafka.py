@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import secrets
 import socket
 import subprocess
 import uuid
@@ -44,10 +45,23 @@ class EmbeddedKafka:
 
     title: ClassVar[str] = "Kafka broker"
     home: Path
+    users: tuple[tuple[str, str], ...] = ()
+    """(user, password) pairs: with any, the broker also listens for SASL_SSL (PLAIN) and
+    admits them there, with a certificate made at its first start (`sasl_address`)."""
 
     @classmethod
     def under(cls, local_state_dir: Path) -> EmbeddedKafka:
         return cls(local_state_dir / "kafka")
+
+    def sasl_address(self) -> str | None:
+        """`127.0.0.1:port` of the SASL_SSL listener while the broker runs with one."""
+        address = self.home / "sasl_bootstrap"
+        return address.read_text().strip() if self.address() and address.exists() else None
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM clients trust the SASL_SSL listener's certificate by."""
+        return self.home / "tls" / "ca.pem"
 
     @property
     def log_file(self) -> Path:
@@ -67,9 +81,15 @@ class EmbeddedKafka:
         if running:
             return running
         self.home.mkdir(parents=True, exist_ok=True)
-        port, controller_port = self._ports()
+        port, controller_port, sasl_port = self._ports()
         properties = self.home / "server.properties"
-        properties.write_text(_server_properties(self.home / "data", port, controller_port))
+        text = _server_properties(self.home / "data", port, controller_port)
+        if self.users:
+            text = _with_sasl_ssl(text, sasl_port, self.users, *self._tls())
+        # It may hold the users' passwords and the keystore's: this user's alone.
+        properties.touch(mode=0o600)
+        properties.chmod(0o600)
+        properties.write_text(text)
         (self.home / "log4j2.properties").write_text(_LOG4J2)
         if not (self.home / "data" / "meta.properties").exists():
             self._java(
@@ -91,7 +111,33 @@ class EmbeddedKafka:
             timeout_s,
         )
         (self.home / "bootstrap").write_text(address)
+        (self.home / "sasl_bootstrap").unlink(missing_ok=True)
+        if self.users:
+            (self.home / "sasl_bootstrap").write_text(f"127.0.0.1:{sasl_port}")
         return address
+
+    def _tls(self) -> tuple[Path, str]:
+        """The listener's keystore and its password, made at the first start: a key and a
+        self-signed certificate for 127.0.0.1, which `ca_file` holds for clients to trust."""
+        folder = self.home / "tls"
+        keystore, secret = folder / "broker.p12", folder / "keystore-password"
+        if not keystore.exists():
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            secret.touch(mode=0o600)
+            secret.write_text(secrets.token_urlsafe(24))
+            env = {**os.environ, "KEYSTORE_PASSWORD": secret.read_text()}
+            key = ["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650"]
+            key += ["-dname", "CN=localhost", "-ext", "SAN=IP:127.0.0.1,DNS:localhost"]
+            for command in (key, ["-exportcert", "-rfc", "-file", str(self.ca_file)]):
+                # The password by name of a variable: never an argument `ps` shows.
+                arguments = ["-alias", "broker", "-keystore", str(keystore)]
+                arguments += ["-storetype", "PKCS12", "-storepass:env", "KEYSTORE_PASSWORD"]
+                result = subprocess.run(
+                    ["keytool", *command, *arguments], env=env, capture_output=True, text=True
+                )
+                if result.returncode != 0:
+                    raise LakehouseError(f"keytool failed: {explain(result.stderr)}")
+        return keystore, secret.read_text()
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""
@@ -101,11 +147,11 @@ class EmbeddedKafka:
     def _pid(self) -> int | None:
         return process.running_pid(self.home / "broker.pid")
 
-    def _ports(self) -> tuple[int, int]:
+    def _ports(self) -> tuple[int, int, int]:
         # A restarted broker keeps its ports, so clients and checkpoints that know the
         # address find it again.
-        port, controller = process.kept_ports(self.home / "ports", 2)
-        return port, controller
+        port, controller, sasl = process.kept_ports(self.home / "ports", 3)
+        return port, controller, sasl
 
     def _java_command(self, main_class: str, *args: str) -> list[str]:
         classpath = os.pathsep.join(str(j) for j in jars.jars("kafka"))
@@ -149,6 +195,39 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 """
+
+
+def _with_sasl_ssl(
+    properties: str, port: int, users: tuple[tuple[str, str], ...], keystore: Path, secret: str
+) -> str:
+    """`properties` with a SASL_SSL listener that admits `users` by PLAIN."""
+    admitted = " ".join(f'user_{name}="{_quoted(password)}"' for name, password in users)
+    jaas = f"{_LOGIN_MODULES['PLAIN']} required {admitted};"
+    lines = {
+        "listeners": f"{_value(properties, 'listeners')},SASL_SSL://127.0.0.1:{port}",
+        "advertised.listeners": f"{_value(properties, 'advertised.listeners')},"
+        f"SASL_SSL://127.0.0.1:{port}",
+        "listener.security.protocol.map": f"{_value(properties, 'listener.security.protocol.map')}"
+        ",SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(keystore),
+        "ssl.keystore.password": secret,
+    }
+    kept = [line for line in properties.splitlines() if line.split("=", 1)[0] not in lines]
+    # A properties file reads a backslash as an escape: each is doubled, then JAAS reads its own.
+    added = [f"{k}={v.replace(BACKSLASH, BACKSLASH * 2)}" for k, v in lines.items()]
+    return "\n".join([*kept, *added]) + "\n"
+
+
+BACKSLASH = "\\"
+
+
+def _value(properties: str, key: str) -> str:
+    return next(
+        line.split("=", 1)[1] for line in properties.splitlines() if line.startswith(f"{key}=")
+    )
 
 
 def _cluster_id() -> str:

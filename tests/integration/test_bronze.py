@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from bronze import kafka_changes, sensor_records
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
-from lakehouse.settings import StorageSettings
+from lakehouse.services.kafka import EmbeddedKafka, client_options
+from lakehouse.settings import StorageSettings, load_settings
 from silver.parsing import parse_records
 from tests.support import overrides, run_lakehouse, settings_for
 
@@ -336,6 +338,48 @@ def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
     assert sorted(bronze_rows(spark, path)) == bronze
     reconstruct.run(spark, settings)  # finds bronze replaced under it
     assert silver_tables(spark, settings) == silver
+
+
+KAFKA_PASSWORD = 'a "quoted" pass\\word\'s'
+"""Quotes and a backslash: JAAS and the broker's properties file each read them as escapes."""
+
+
+@pytest.fixture
+def sasl_broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
+    """A broker of the test's own that admits the user `sensors` over SASL_SSL."""
+    broker = EmbeddedKafka(tmp_path / "kafka", users=(("sensors", KAFKA_PASSWORD),))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+def test_producer_and_bronze_connect_over_sasl_ssl_with_credentials_from_the_environment(
+    spark: SparkSession, sasl_broker: EmbeddedKafka, tmp_path: Path
+) -> None:
+    prefix, address = "sasl.sensors.", sasl_broker.sasl_address()
+    assert address is not None
+    env = overrides(
+        tmp_path,
+        address,
+        prefix,
+        kafka__security__protocol="SASL_SSL",
+        kafka__security__username="sensors",
+        kafka__security__password="${KAFKA_PASSWORD}",
+        kafka__security__ca_file=str(sasl_broker.ca_file),
+    )
+    settings = load_settings("local", environ={**env, "KAFKA_PASSWORD": KAFKA_PASSWORD})
+    produce(spec(prefix, sensors=1), address, client_options(settings.kafka))
+    sensor_records.run(spark, settings)
+
+    # Every record, read back by a plain consumer on the broker's PLAINTEXT listener.
+    path = settings.storage.table_uri("bronze.sensor_records")
+    assert sorted(bronze_rows(spark, path)) == sorted(consume_all(sasl_broker.address(), prefix))
+    stranger = load_settings("local", environ={**env, "KAFKA_PASSWORD": "a guess"})
+    with pytest.raises(LakehouseError) as refused:
+        sensor_records.run(spark, stranger)
+    assert str(refused.value).startswith(
+        "bronze.sensor_records failed: Kafka refused the credentials of kafka.security"
+    ), refused.value
 
 
 def test_broker_down_fails_fast_with_one_clear_line(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from lakehouse.errors import Thrown, cause_chain, describe, explain
+from lakehouse.errors import Thrown, cause_chain, describe, explain, transient
 
 SDK = "software.amazon.awssdk.core.exception.SdkClientException"
 REFUSED = "Unable to execute HTTP request: Connect to 127.0.0.1:41457 [/127.0.0.1] failed: Connection refused"  # noqa: E501
@@ -316,3 +316,21 @@ def test_the_chain_takes_causes_and_suppressed_exceptions_once_each() -> None:
         (SDK, None),
     ]
     assert explain(Failed()).startswith("object storage at 127.0.0.1:41457 did not answer")
+
+
+def test_credentials_kafka_refuses_are_named_and_not_retried() -> None:
+    chain = [
+        STREAM_FAILED,
+        Thrown(
+            "org.apache.kafka.common.errors.SaslAuthenticationException",
+            "Authentication failed: Invalid username or password",
+        ),
+    ]
+    assert explain_chain(chain) == (
+        "Kafka refused the credentials of kafka.security (user and password, mechanism, "
+        "protocol): Authentication failed: Invalid username or password"
+    )
+    assert not transient(
+        "py4j.protocol.Py4JJavaError: An error occurred\n"
+        ": org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed\n"
+    )
