@@ -16,13 +16,14 @@ from pyspark.sql import functions as F
 from bronze import kafka_changes
 from lakehouse import catalog, delta, lease, positions, progress
 from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import LakehouseError, topics_gone
 from lakehouse.quality import gates, store
 from lakehouse.services.kafka import (
     check_reachable,
     client_options,
     java_options,
     resolve_bootstrap,
+    watermarks,
 )
 from lakehouse.settings import KafkaSettings, Settings
 from lakehouse.streaming import (
@@ -166,6 +167,7 @@ def run(
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
         topics = kafka_changes.topics(spark, settings)
+        refuse_topics_gone(spark, settings, checkpoint)
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
@@ -188,6 +190,17 @@ def run(
         return run_foreach_batch(
             source, NAME, checkpoint, write, interval, progress_to=recorded, stop=stop
         )
+
+
+def refuse_topics_gone(spark: SparkSession, settings: Settings, checkpoint: str) -> None:
+    """Refuse to start where a topic bronze stands in, or its unfinished batch reads, is
+    gone from Kafka: Spark would wait out its poll timeout on each of its partitions."""
+    stands = positions.kafka_checkpoint(spark, checkpoint)
+    if stands is None:
+        return
+    read = {topic for topic, _ in (*stands.position, *(stands.planned or {}))}
+    if gone := sorted(read - {topic for topic, _ in watermarks(settings)}):
+        raise LakehouseError(topics_gone(gone))
 
 
 def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:

@@ -242,17 +242,29 @@ def _lost_range(text: str) -> tuple[str, int, int, int | None] | None:
     return None
 
 
+def credentials_refused(detail: str) -> str:
+    """The line for Kafka refusing who connects, as its Java or librdkafka client says."""
+    return (
+        "Kafka refused the credentials of kafka.security (user and password, mechanism, "
+        f"protocol): {detail}"
+    )
+
+
+def topics_gone(topics: list[str]) -> str:
+    """The line for Kafka topics deleted under a stream that reads them."""
+    return (
+        f"Kafka topic {', '.join(topics)} is gone (deleted) with records this stream may not "
+        "have read; nothing was skipped. If its sensor is decommissioned: `lakehouse bronze "
+        f"retire-topic {topics[0]}` (docs/operations.md, 'A topic is gone')"
+    )
+
+
 def _kafka_change(text: str) -> str | None:
     """The line for a topic gone or made again, if `text` is Spark's report of one."""
     if gone := _GONE.search(text):
         topics = sorted({m["topic"] for m in _TOPIC_PARTITION.finditer(gone["tps"])})
         if topics:
-            return (
-                f"Kafka topic {', '.join(topics)} is gone (deleted) with records this stream "
-                "may not have read; nothing was skipped. If its sensor is decommissioned: "
-                f"`lakehouse bronze retire-topic {topics[0]}` (docs/operations.md, 'A topic "
-                "is gone')"
-            )
+            return topics_gone(topics)
     if back := _WENT_BACK.search(text):
         topic, partition = _topic_partition(back["tp"])
         return (
@@ -342,10 +354,7 @@ def _kafka(chain: list[Thrown], _checkpoint: str) -> str | None:
     if not kafka:
         return None
     if refused := _first(t for t in kafka if t.name.endswith(_REFUSED_CREDENTIALS)):
-        return (
-            "Kafka refused the credentials of kafka.security (user and password, mechanism, "
-            f"protocol): {first_line(refused.message)}"
-        )
+        return credentials_refused(first_line(refused.message))
     if any(t.name == "org.apache.kafka.common.errors.TimeoutException" for t in kafka):
         return "Kafka did not answer in time (is the broker up?): " + first_line(kafka[-1].message)
     return f"Kafka: {kafka[-1].name.rsplit('.', 1)[-1]}: {first_line(kafka[-1].message)}"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lakehouse import jars
-from lakehouse.errors import LakehouseError, Unavailable, explain
+from lakehouse.errors import LakehouseError, Unavailable, credentials_refused, explain
 from lakehouse.services import process
 from lakehouse.settings import EMBEDDED, KafkaSettings, Settings
 
@@ -323,18 +323,29 @@ def _quoted(value: str) -> str:
 def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
     sensors' pattern."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    refused: list[str] = []
+
+    def note(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refused.append(error.str())
 
     config = {
         **client_options(settings.kafka),
         "bootstrap.servers": resolve_bootstrap(settings),
         "group.id": "lakehouse-watermarks",  # never joins or commits: only asks for offsets
+        "error_cb": note,
+        "log_level": 0,  # what goes wrong is raised here, in a line, not printed by librdkafka
     }
     consumer = Consumer(config)
     try:
         try:
             topics = consumer.list_topics(timeout=10).topics
         except KafkaException as error:
+            consumer.poll(0)  # serves the errors met meanwhile to `note`
+            if refused:
+                raise LakehouseError(credentials_refused(refused[-1])) from None
             where = config["bootstrap.servers"]
             raise Unavailable(f"Kafka at {where} unreachable: {error}") from None
         pattern = re.compile(settings.kafka.topic_pattern)

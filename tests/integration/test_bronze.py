@@ -378,8 +378,9 @@ def test_producer_and_bronze_connect_over_sasl_ssl_with_credentials_from_the_env
     with pytest.raises(LakehouseError) as refused:
         sensor_records.run(spark, stranger)
     assert str(refused.value).startswith(
-        "bronze.sensor_records failed: Kafka refused the credentials of kafka.security"
+        "Kafka refused the credentials of kafka.security (user and password, mechanism, protocol): "
     ), refused.value
+    assert "Invalid username or password" in str(refused.value)
 
 
 def test_broker_down_fails_fast_with_one_clear_line(tmp_path: Path) -> None:
