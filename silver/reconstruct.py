@@ -155,9 +155,14 @@ class SensorSessions(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         sensor = str(key[0])
         # Spark hands a key's rows over in no order and in several chunks; Kafka
-        # (partition, offset) is the order the sensor sent them in.
-        batch = pd.concat(list(rows), ignore_index=True).sort_values(
-            ["partition", "offset", "pos"], ignore_index=True
+        # (partition, offset) is the order the sensor sent them in, a re-created topic's
+        # after the old one's (`TOPIC~N`, bronze/kafka_changes.py).
+        batch = pd.concat(list(rows), ignore_index=True)
+        incarnation = batch["topic"].str.extract(r"~([0-9]+)$", expand=False)
+        batch = (
+            batch.assign(incarnation=incarnation.fillna("1").astype(int))
+            .sort_values(["incarnation", "partition", "offset", "pos"], ignore_index=True)
+            .drop(columns="incarnation")
         )
         now = timerValues.getCurrentWatermarkInMs()
         held, without = self.holding()

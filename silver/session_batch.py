@@ -94,8 +94,12 @@ class _Batch:
         self.offsets = rows["offset"].to_numpy()
         self.partitions = rows["partition"].to_numpy()
         new_record = np.ones(len(rows), dtype=bool)
-        new_record[1:] = (self.offsets[1:] != self.offsets[:-1]) | (
-            self.partitions[1:] != self.partitions[:-1]
+        # Each row names its topic: a session may span the incarnations of a re-created one.
+        self.topics = rows["topic"].to_numpy()
+        new_record[1:] = (
+            (self.offsets[1:] != self.offsets[:-1])
+            | (self.partitions[1:] != self.partitions[:-1])
+            | (self.topics[1:] != self.topics[:-1])
         )
         self.starts = np.flatnonzero(new_record).tolist()
         self.ends = [*self.starts[1:], len(rows)]
@@ -109,13 +113,12 @@ class _Batch:
         self.row_ids = rows["row_id"].tolist()
         self.event_times = rows["event_time"].tolist()
         self.times = rows["kafka_time"].to_numpy()
-        self.topic = rows["topic"].iloc[0] if len(rows) else ""
 
     def column(self, name: str) -> np.ndarray:
         return self.rows[name].to_numpy()
 
     def lineage(self, row: int) -> Lineage:
-        return Lineage(self.topic, int(self.partitions[row]), int(self.offsets[row]))
+        return Lineage(str(self.topics[row]), int(self.partitions[row]), int(self.offsets[row]))
 
     def values(self, row: int) -> dict[str, Any]:
         found = {}
@@ -190,7 +193,7 @@ class _Changes:
             "seq": batch.column("seq")[sources],
             "ordinal": np.array(self.ordinals),
             "event_time": batch.column("event_time")[sources],
-            "topic": batch.topic,
+            "topic": batch.topics[sources],
             "partition": batch.partitions[sources],
             "offset": batch.offsets[sources],
         }
