@@ -51,6 +51,8 @@ TABLE = TableSpec(
             COMMENT 'incarnation of the topic read after the change: 1 until it is re-created',
         bronze_batch BIGINT NOT NULL
             COMMENT 'batch of the bronze stream that skipped (it reads no records)',
+        checkpoint_id STRING NOT NULL
+            COMMENT 'id of the bronze checkpoint that batch is of (a rebuilt bronze has another)',
         accepted_by STRING NOT NULL COMMENT 'user who accepted the change',
         accepted_at TIMESTAMP NOT NULL COMMENT 'when it was accepted (UTC)',
         reason STRING COMMENT 'why, in the words of whoever accepted it'
@@ -221,23 +223,18 @@ def accept(
                 "bronze has committed no batch yet: there is nothing to go on from; ingest "
                 "everything again with `lakehouse run bronze --full-refresh`"
             )
-        batch = stands.committed + 1
         if stands.planned is not None and delta.holds(
             spark,
             settings.storage.table_uri(sensor_records.NAME),
-            delta.Txn(stands.query_id, batch),
+            delta.Txn(stands.query_id, stands.committed + 1),
         ):
             raise LakehouseError(
-                f"bronze wrote its batch {batch} but did not commit it: run bronze once more "
-                "first (it commits the batch without writing it again)"
+                f"bronze wrote its batch {stands.committed + 1} but did not commit it: run "
+                "bronze once more first (it commits the batch without writing it again)"
             )
         delta.create(spark, TABLE, location)
-        if unfinished := _recorded(spark, location, batch):  # an acceptance cut short
-            positions.commit_kafka_position(spark, checkpoint, moved(stands.position, unfinished))
-            stands = positions.kafka_checkpoint(spark, checkpoint)
-            assert stands is not None
-            batch = stands.committed + 1
-        position = stands.position
+        stands = finish(spark, settings, checkpoint) or stands
+        batch, position = stands.committed + 1, stands.position
         known = topics(spark, settings)
         incarnation = known.incarnations.get(topic, 1)
         kafka = watermarks(settings)
@@ -248,25 +245,52 @@ def accept(
             changes = retired_topic(position, stands.planned or {}, kafka, topic, incarnation)
         else:
             changes = recreated_topic(position, kafka, topic, topic in known.retired, incarnation)
-        _record(spark, location, changes, batch, reason)
+        _record(spark, location, changes, batch, stands.query_id, reason)
         positions.commit_kafka_position(spark, checkpoint, moved(position, changes))
         return batch, changes
 
 
+def finish(
+    spark: SparkSession, settings: Settings, checkpoint: str
+) -> positions.KafkaCheckpoint | None:
+    """Where bronze stands, once a change recorded but not committed (its command was cut
+    short between the two) is committed too: bronze then goes on as the record says."""
+    stands = positions.kafka_checkpoint(spark, checkpoint)
+    location = settings.storage.table_uri(NAME)
+    if stands is None or not catalog.is_delta(spark, location):
+        return stands
+    unfinished = (
+        spark.read.format("delta")
+        .load(location)
+        .where(
+            (F.col("checkpoint_id") == stands.query_id) & (F.col("bronze_batch") > stands.committed)
+        )
+    )
+    recorded = [Change(*(r[f] for f in Change.__dataclass_fields__)) for r in unfinished.collect()]
+    if not recorded:
+        return stands
+    positions.commit_kafka_position(spark, checkpoint, moved(stands.position, recorded))
+    return positions.kafka_checkpoint(spark, checkpoint)
+
+
 def _record(
-    spark: SparkSession, location: str, changes: Sequence[Change], batch: int, reason: str | None
+    spark: SparkSession,
+    location: str,
+    changes: Sequence[Change],
+    batch: int,
+    checkpoint_id: str,
+    reason: str | None,
 ) -> None:
-    accepted = {"bronze_batch": batch, "accepted_by": getpass.getuser(), "reason": reason}
+    accepted = {
+        "bronze_batch": batch,
+        "checkpoint_id": checkpoint_id,
+        "accepted_by": getpass.getuser(),
+        "reason": reason,
+    }
     now = datetime.now(UTC)
     rows = [{**asdict(c), **accepted, "accepted_at": now} for c in changes]
     schema = spark.read.format("delta").load(location).schema
     delta.append(spark.createDataFrame(rows, schema), location)
-
-
-def _recorded(spark: SparkSession, location: str, batch: int) -> list[Change]:
-    """Changes recorded for `batch` or later: recorded, but their batch never committed."""
-    recorded = spark.read.format("delta").load(location).where(F.col("bronze_batch") >= batch)
-    return [Change(*(r[f] for f in Change.__dataclass_fields__)) for r in recorded.collect()]
 
 
 def history(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -40,7 +41,7 @@ TABLE = TableSpec(
     grain="one row per Kafka record",
     columns="""
         topic STRING NOT NULL
-            COMMENT 'Kafka topic of the record: the topic prefix, then the id of its sensor',
+            COMMENT 'Kafka topic of the record (prefix + sensor id), ~N for its N-th incarnation',
         partition INT NOT NULL COMMENT 'Kafka partition of the record within its topic',
         offset BIGINT NOT NULL
             COMMENT 'Kafka offset of the record in its partition; unique with topic and partition',
@@ -148,7 +149,10 @@ def run(
         if full_refresh:
             # The table is append-only: a rebuild is a new table (a new table id, by which
             # silver and gold see that they must rebuild too), never an overwrite.
-            refuse_a_rebuild_that_loses_records(spark, path, bootstrap, settings.kafka)
+            incarnations = kafka_changes.topics(spark, settings).incarnations
+            refuse_a_rebuild_that_loses_records(
+                spark, path, bootstrap, settings.kafka, incarnations
+            )
             # Its quarantine holds records of the same Kafka offsets: made again too.
             diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
             for uri in (checkpoint, path, diverted):
@@ -166,6 +170,7 @@ def run(
                 "every record bronze does)"
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
+        kafka_changes.finish(spark, settings, checkpoint)
         topics = kafka_changes.topics(spark, settings)
         refuse_topics_gone(spark, settings, checkpoint)
 
@@ -211,7 +216,7 @@ def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:
             f"topic {back[0]}, retired in bronze batch {topics.retired[back[0]]:,}, is in "
             "Kafka again (re-created): nothing of it was read; to ingest it as a new "
             f"incarnation, `lakehouse bronze accept-recreated {back[0]}` "
-            "(docs/operations.md, 'A topic re-created')"
+            "(docs/operations.md, 'When Kafka changes under bronze')"
         )
 
 
@@ -220,10 +225,15 @@ def _empty(spark: SparkSession, path: str) -> bool:
 
 
 def refuse_a_rebuild_that_loses_records(
-    spark: SparkSession, path: str, bootstrap: str, kafka: KafkaSettings
+    spark: SparkSession,
+    path: str,
+    bootstrap: str,
+    kafka: KafkaSettings,
+    incarnations: Mapping[str, int],
 ) -> None:
     """Refuse, before anything changes, to rebuild bronze from Kafka where retention (or a
-    topic's deletion) has removed records bronze holds: the rebuild would lose them."""
+    topic's deletion) has removed records bronze holds: the rebuild would lose them. Kafka
+    holds only the incarnation of a re-created topic that `incarnations` names."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     held = (
@@ -243,9 +253,13 @@ def refuse_a_rebuild_that_loses_records(
     lost = []
     try:
         for r in sorted(held):
+            topic, _, incarnation = r.topic.partition("~")
+            if int(incarnation or 1) != incarnations.get(topic, 1):
+                lost.append(f"{r.topic}/{r.partition} (an incarnation Kafka no longer has)")
+                continue
             try:
                 low, high = consumer.get_watermark_offsets(
-                    TopicPartition(r.topic, r.partition), timeout=10
+                    TopicPartition(topic, r.partition), timeout=10
                 )
                 kept = f"offsets {low:,}..{high - 1:,}"
                 # `high` too: a topic deleted and made again starts at 0 with fewer records.

@@ -255,7 +255,7 @@ def topics_gone(topics: list[str]) -> str:
     return (
         f"Kafka topic {', '.join(topics)} is gone (deleted) with records this stream may not "
         "have read; nothing was skipped. If its sensor is decommissioned: `lakehouse bronze "
-        f"retire-topic {topics[0]}` (docs/operations.md, 'A topic is gone')"
+        f"retire-topic {topics[0]}` (docs/operations.md, 'When Kafka changes under bronze')"
     )
 
 
@@ -272,7 +272,7 @@ def _kafka_change(text: str) -> str | None:
             f"{int(back['after']):,}, below offset {int(back['first']):,} this stream reads "
             "next: the topic was deleted and made again? Nothing of it was read; to ingest it "
             f"as a new incarnation: `lakehouse bronze accept-recreated {topic}` "
-            "(docs/operations.md, 'A topic re-created')"
+            "(docs/operations.md, 'When Kafka changes under bronze')"
         )
     return None
 
@@ -306,7 +306,7 @@ def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
         "stream has not read (aged out by retention, or deleted); nothing was skipped and "
         "every row already written is kept. To go on from Kafka's earliest offset, "
         f"recording the loss: `lakehouse bronze accept-loss {topic} {partition}` "
-        "(docs/operations.md, 'Kafka no longer holds')"
+        "(docs/operations.md, 'When Kafka changes under bronze')"
     )
 
 

@@ -113,7 +113,7 @@ KafkaMechanism = Rule(
 class KafkaSecurity:
     """How every Kafka client of the project connects: Spark's (Java) and the producer's and
     status's (librdkafka), each given these in its own terms
-    (`lakehouse.services.kafka.java_options`, `client_config`)."""
+    (`lakehouse.services.kafka.java_options`, `client_options`)."""
 
     protocol: Annotated[str, KafkaProtocol]
     mechanism: Annotated[str, KafkaMechanism]

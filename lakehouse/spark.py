@@ -39,8 +39,15 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 
 SECRET = re.compile(r"(?i)secret|password|token|access[.]?key")
-"""Spark properties that hold a secret (the names Spark's own redaction matches): kept off
-the command line of the JVM that `start_jvm` launches."""
+"""Names of Spark properties that hold a secret, as Spark's own redaction knows them."""
+_SECRET_IN_VALUE = re.compile(r"(?i)(?:secret|password|token)=")
+"""A secret inside a value: a metastore URL's `password=`."""
+
+
+def secret(key: str, value: str) -> bool:
+    """Whether a Spark property holds a secret, to keep off the command line of the JVM
+    `start_jvm` launches (a jar's name may hold `token`: its value is not judged whole)."""
+    return bool(SECRET.search(key) or _SECRET_IN_VALUE.search(value))
 
 
 def build_spark(
@@ -129,7 +136,7 @@ def start_jvm(conf: dict[str, str], log: Path) -> None:
             out.flush()
             # Secrets reach the JVM later, through py4j, with the rest of the session's
             # settings: the command that starts it is in `ps` for every user to read.
-            public = [(k, v) for k, v in conf.items() if not SECRET.search(k)]
+            public = [(k, v) for k, v in conf.items() if not secret(k, v)]
             try:
                 gateway = launch_gateway(
                     SparkConf(loadDefaults=False).setAll(public),

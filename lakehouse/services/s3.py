@@ -70,13 +70,17 @@ class EmbeddedS3:
                 "access_key": f"lakehouse-{secrets.token_hex(4)}",
                 "secret_key": secrets.token_urlsafe(24),
             }
-            try:
-                with os.fdopen(
-                    os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w"
-                ) as out:
-                    json.dump(made, out)
-            except FileExistsError:  # made meanwhile by another process: that one holds
+            draft = path.with_name(f".{path.name}.{os.getpid()}")
+            with os.fdopen(
+                os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w"
+            ) as out:
+                json.dump(made, out)
+            try:  # whole or not at all; made meanwhile by another process, that one holds
+                os.link(draft, path)
+            except FileExistsError:
                 pass
+            finally:
+                draft.unlink()
         held = json.loads(path.read_text())
         return held["access_key"], held["secret_key"]
 

@@ -11,7 +11,7 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.errors import SettingsError
 from lakehouse.services.kafka import client_options, java_options
 from lakehouse.settings import KafkaSecurity, load_settings
-from lakehouse.spark import SECRET
+from lakehouse.spark import SECRET, secret
 
 
 @pytest.fixture
@@ -216,6 +216,12 @@ def test_spark_properties_that_hold_a_secret_stay_off_the_jvms_command_line(
     key: str, secret: bool
 ) -> None:
     assert bool(SECRET.search(key)) is secret
+
+
+def test_a_property_whose_value_holds_a_password_stays_off_the_command_line_too() -> None:
+    url = "jdbc:postgresql://db/metastore?user=hive&password=x"
+    assert secret("spark.hadoop.javax.jdo.option.ConnectionURL", url)
+    assert not secret("spark.jars", "/jars/spark-token-provider-kafka-0-10_2.13-4.1.3.jar")
 
 
 def test_a_kafka_password_with_quotes_reaches_both_clients_whole() -> None:
