@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from functools import reduce
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.console import echo
@@ -134,4 +135,11 @@ def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
     named = [name for name, location in tables.items() if names(spark, name, location)]
     union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
     with _DDL:
-        spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+        try:
+            spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+        except AnalysisException as error:
+            # Another application (bronze and silver start side by side) made the view
+            # between Spark's look for it and its create: replacing it now alters that one.
+            if "ALREADY_EXISTS" not in str(error):
+                raise
+            spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
