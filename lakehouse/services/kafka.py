@@ -14,10 +14,11 @@ import re
 import secrets
 import socket
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lakehouse import jars
 from lakehouse.errors import LakehouseError, Unavailable, credentials_refused, explain
@@ -321,10 +322,26 @@ def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def _topics(consumer: Any, refused: list[str], where: str, timeout_s: float = 10.0) -> Any:
+    """The broker's topics; a refusal of the credentials ends the wait at once."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.list_topics(timeout=1).topics
+        except KafkaException as error:
+            consumer.poll(0)  # serves the errors met meanwhile to the error callback
+            if refused:
+                raise LakehouseError(credentials_refused(refused[-1])) from None
+            if time.monotonic() > deadline:
+                raise Unavailable(f"Kafka at {where} unreachable: {error}") from None
+
+
 def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
     sensors' pattern."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     refused: list[str] = []
 
@@ -341,14 +358,7 @@ def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     }
     consumer = Consumer(config)
     try:
-        try:
-            topics = consumer.list_topics(timeout=10).topics
-        except KafkaException as error:
-            consumer.poll(0)  # serves the errors met meanwhile to `note`
-            if refused:
-                raise LakehouseError(credentials_refused(refused[-1])) from None
-            where = config["bootstrap.servers"]
-            raise Unavailable(f"Kafka at {where} unreachable: {error}") from None
+        topics = _topics(consumer, refused, str(config["bootstrap.servers"]))
         pattern = re.compile(settings.kafka.topic_pattern)
         ends = {}
         for topic, meta in sorted(topics.items()):

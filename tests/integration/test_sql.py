@@ -222,7 +222,7 @@ def test_sql_server_admits_its_user_bounds_each_statement_and_refuses_writes(
         "LAKEHOUSE__SQL__HOST": "0.0.0.0",
         "LAKEHOUSE__SQL__USER": "analyst",
         "LAKEHOUSE__SQL__MAX_RESULT_BYTES": str(8 << 20),
-        "LAKEHOUSE__SQL__QUERY_TIMEOUT_SECONDS": "15",
+        "LAKEHOUSE__SQL__QUERY_TIMEOUT_SECONDS": "10",
     }
     # Beyond loopback, a server that would admit anyone does not start.
     refused = run_lakehouse("sql-server", "--port", str(port), env=env, timeout=120)
