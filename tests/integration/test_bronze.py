@@ -230,7 +230,17 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         sensor_records.run(spark, settings)
     with pytest.raises(LakehouseError, match=f"topic {kept} is still in Kafka"):
         kafka_changes.accept(spark, settings, "topic_retired", kept)
-    kafka_changes.accept(spark, settings, "topic_retired", gone)
+    # As an operator does it: the command, its line, and the change recorded with its reason.
+    retired = run_lakehouse(
+        "bronze",
+        "retire-topic",
+        gone,
+        "--reason",
+        "decommissioned",
+        env=overrides(tmp_path, kafka_bootstrap, prefix),
+    )
+    assert retired.returncode == 0, retired.stderr[-2000:]
+    assert f"topic_retired    {gone}/0: skipped from offset " in retired.stdout, retired.stdout
     sensor_records.run(spark, settings)
     assert offsets_held(spark, path) == sorted(expected)
 
@@ -264,12 +274,9 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         for o in range(end)
     }
     assert offsets_held(spark, path) == sorted(expected)
-    assert sorted(
-        {
-            (r["change"], r["topic"], r["incarnation"])
-            for r in kafka_changes.history(spark, settings)
-        }
-    ) == [
+    recorded = kafka_changes.history(spark, settings)
+    assert {r["reason"] for r in recorded if r["change"] == "topic_retired"} == {"decommissioned"}
+    assert sorted({(r["change"], r["topic"], r["incarnation"]) for r in recorded}) == [
         ("topic_recreated", kept, 2),
         ("topic_recreated", gone, 2),
         ("topic_retired", gone, 1),
