@@ -21,7 +21,6 @@ from lakehouse.errors import LakehouseError, topics_gone
 from lakehouse.quality import gates, store
 from lakehouse.services.kafka import (
     check_reachable,
-    client_options,
     java_options,
     resolve_bootstrap,
     watermarks,
@@ -150,9 +149,7 @@ def run(
             # The table is append-only: a rebuild is a new table (a new table id, by which
             # silver and gold see that they must rebuild too), never an overwrite.
             incarnations = kafka_changes.topics(spark, settings).incarnations
-            refuse_a_rebuild_that_loses_records(
-                spark, path, bootstrap, settings.kafka, incarnations
-            )
+            refuse_a_rebuild_that_loses_records(spark, path, watermarks(settings), incarnations)
             # Its quarantine holds records of the same Kafka offsets: made again too.
             diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
             for uri in (checkpoint, path, diverted):
@@ -227,15 +224,13 @@ def _empty(spark: SparkSession, path: str) -> bool:
 def refuse_a_rebuild_that_loses_records(
     spark: SparkSession,
     path: str,
-    bootstrap: str,
-    kafka: KafkaSettings,
+    kafka: Mapping[tuple[str, int], tuple[int, int]],
     incarnations: Mapping[str, int],
 ) -> None:
     """Refuse, before anything changes, to rebuild bronze from Kafka where retention (or a
-    topic's deletion) has removed records bronze holds: the rebuild would lose them. Kafka
-    holds only the incarnation of a re-created topic that `incarnations` names."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
+    topic's deletion) has removed records bronze holds: the rebuild would lose them.
+    `kafka`: what Kafka holds (`watermarks`), only the incarnation of a re-created topic
+    that `incarnations` names."""
     held = (
         spark.read.format("delta")
         .load(path)
@@ -243,35 +238,17 @@ def refuse_a_rebuild_that_loses_records(
         .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
         .collect()
     )
-    consumer = Consumer(
-        {
-            **client_options(kafka),
-            "bootstrap.servers": bootstrap,
-            "group.id": "lakehouse-bronze-check",
-        }
-    )
     lost = []
-    try:
-        for r in sorted(held):
-            topic, _, incarnation = r.topic.partition("~")
-            if int(incarnation or 1) != incarnations.get(topic, 1):
-                lost.append(f"{r.topic}/{r.partition} (an incarnation Kafka no longer has)")
-                continue
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, r.partition), timeout=10
-                )
-                kept = f"offsets {low:,}..{high - 1:,}"
-                # `high` too: a topic deleted and made again starts at 0 with fewer records.
-                whole = low <= r.first and high > r.last
-            except KafkaException:  # the topic is gone
-                kept, whole = "nothing", False
-            if not whole:
-                lost.append(
-                    f"{r.topic}/{r.partition} (bronze {r.first:,}..{r.last:,}, Kafka {kept})"
-                )
-    finally:
-        consumer.close()
+    for r in sorted(held):
+        topic, _, incarnation = r.topic.partition("~")
+        if int(incarnation or 1) != incarnations.get(topic, 1):
+            lost.append(f"{r.topic}/{r.partition} (an incarnation Kafka no longer has)")
+            continue
+        low, high = kafka.get((topic, r.partition), (0, 0))  # gone: nothing
+        # `high` too: a topic deleted and made again starts at 0 with fewer records.
+        if not (low <= r.first and high > r.last):
+            kept = f"offsets {low:,}..{high - 1:,}" if high else "nothing"
+            lost.append(f"{r.topic}/{r.partition} (bronze {r.first:,}..{r.last:,}, Kafka {kept})")
     if lost:
         raise LakehouseError(
             "refusing to rebuild bronze from Kafka: Kafka no longer holds records bronze "

@@ -158,12 +158,14 @@ class SensorSessions(StatefulProcessor):
         # (partition, offset) is the order the sensor sent them in, a re-created topic's
         # after the old one's (`TOPIC~N`, bronze/kafka_changes.py).
         batch = pd.concat(list(rows), ignore_index=True)
-        incarnation = batch["topic"].str.extract(r"~([0-9]+)$", expand=False)
-        batch = (
-            batch.assign(incarnation=incarnation.fillna("1").astype(int))
-            .sort_values(["incarnation", "partition", "offset", "pos"], ignore_index=True)
-            .drop(columns="incarnation")
-        )
+        order = ["partition", "offset", "pos"]
+        if batch["topic"].nunique() == 1:  # the sensor's one topic: no incarnation to read
+            batch = batch.sort_values(order, ignore_index=True)
+        else:
+            incarnation = batch["topic"].str.extract(r"~([0-9]+)$", expand=False)
+            batch["incarnation"] = incarnation.fillna("1").astype(int)
+            batch = batch.sort_values(["incarnation", *order], ignore_index=True)
+            batch = batch.drop(columns="incarnation")
         now = timerValues.getCurrentWatermarkInMs()
         held, without = self.holding()
         deadlines: list[int] = []

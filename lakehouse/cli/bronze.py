@@ -18,6 +18,41 @@ AFTER = (
 )
 
 
+ACTIONS = (
+    (
+        "accept-loss",
+        "offsets_lost",
+        ("TOPIC", "PARTITION"),
+        "go on from Kafka's earliest offset of a partition whose unread records are gone",
+        "Kafka no longer holds offsets of TOPIC's PARTITION that bronze has not read "
+        "(retention, delete_records): skip them, from where bronze stands to Kafka's earliest "
+        "offset, and go on from there. Refused if nothing is lost.",
+    ),
+    (
+        "retire-topic",
+        "topic_retired",
+        ("TOPIC",),
+        "stop reading a topic that was deleted (its sensor decommissioned)",
+        "TOPIC is gone from Kafka: bronze reads it no more, whatever it held that bronze had "
+        "not read, and the other topics go on. Refused while Kafka still has the topic. A "
+        "retired topic that comes back is refused until accept-recreated.",
+    ),
+    (
+        "accept-recreated",
+        "topic_recreated",
+        ("TOPIC",),
+        "read a topic deleted and made again under its name as its next incarnation",
+        "TOPIC was deleted and made again (its offsets start again below where bronze "
+        "stands, or it was retired): read it from its earliest offsets as incarnation N, its "
+        "rows' topic written as TOPIC~N so that their (topic, partition, offset) never meets "
+        "the old incarnation's; silver credits them to the same sensor. What bronze had not "
+        "read of the old incarnation is skipped.",
+    ),
+)
+"""Each way on: command, the change it accepts, its arguments, help and description."""
+_TYPES = {"PARTITION": int}
+
+
 def add_commands(commands: Any) -> None:
     command = commands.add_parser(
         "bronze",
@@ -28,43 +63,12 @@ def add_commands(commands: Any) -> None:
     )
     actions = command.add_subparsers(title="actions", metavar="ACTION", required=True)
 
-    loss = actions.add_parser(
-        "accept-loss",
-        help="go on from Kafka's earliest offset of a partition whose unread records are gone",
-        description="Kafka no longer holds offsets of TOPIC's PARTITION that bronze has not "
-        "read (retention, delete_records): skip them, from where bronze stands to Kafka's "
-        "earliest offset, and go on from there. Refused if nothing is lost. " + AFTER,
-    )
-    loss.add_argument("topic", metavar="TOPIC")
-    loss.add_argument("partition", metavar="PARTITION", type=int)
-    loss.set_defaults(change="offsets_lost")
-
-    retire = actions.add_parser(
-        "retire-topic",
-        help="stop reading a topic that was deleted (its sensor decommissioned)",
-        description="TOPIC is gone from Kafka: bronze reads it no more, whatever it held "
-        "that bronze had not read, and the other topics go on. Refused while Kafka still "
-        "has the topic. A retired topic that comes back is refused until accept-recreated. "
-        + AFTER,
-    )
-    retire.add_argument("topic", metavar="TOPIC")
-    retire.set_defaults(change="topic_retired")
-
-    recreated = actions.add_parser(
-        "accept-recreated",
-        help="read a topic deleted and made again under its name as its next incarnation",
-        description="TOPIC was deleted and made again (its offsets start again below where "
-        "bronze stands, or it was retired): read it from its earliest offsets as incarnation "
-        "N, its rows' topic written as TOPIC~N so that their (topic, partition, offset) "
-        "never meets the old incarnation's; silver credits them to the same sensor. What "
-        "bronze had not read of the old incarnation is skipped. " + AFTER,
-    )
-    recreated.add_argument("topic", metavar="TOPIC")
-    recreated.set_defaults(change="topic_recreated")
-
-    for action in (loss, retire, recreated):
+    for name, change, arguments, text, description in ACTIONS:
+        action = actions.add_parser(name, help=text, description=f"{description} {AFTER}")
+        for argument in arguments:
+            action.add_argument(argument.lower(), metavar=argument, type=_TYPES.get(argument))
         action.add_argument("--reason", help="why, kept with the change")
-        action.set_defaults(handler=run_accept)
+        action.set_defaults(handler=run_accept, change=change)
 
     changes = actions.add_parser(
         "changes", help="list the changes accepted", description="bronze.kafka_changes."

@@ -223,9 +223,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     # A sensor decommissioned: its topic deleted while the other flows.
     delete_topic(kafka_bootstrap, gone)
     produce(spec(prefix, sensors=1, seed=5), kafka_bootstrap)
-    expected |= {
-        (kept, p, o) for p, end in end_offsets(kafka_bootstrap, kept).items() for o in range(end)
-    }
+    expected |= offsets_in_kafka(kafka_bootstrap, kept)
     with pytest.raises(LakehouseError, match=rf"Kafka topic {gone} is gone .*retire-topic {gone}"):
         sensor_records.run(spark, settings)
     with pytest.raises(LakehouseError, match=f"topic {kept} is still in Kafka"):
@@ -246,18 +244,12 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
 
     # The retired topic made again: refused, then read as its second incarnation.
     produce(spec(prefix, sensors=2, seed=6), kafka_bootstrap)
-    expected |= {
-        (kept, p, o) for p, end in end_offsets(kafka_bootstrap, kept).items() for o in range(end)
-    }
+    expected |= offsets_in_kafka(kafka_bootstrap, kept)
     with pytest.raises(LakehouseError, match=rf"topic {gone}, retired .* accept-recreated {gone}"):
         sensor_records.run(spark, settings)
     kafka_changes.accept(spark, settings, "topic_recreated", gone)
     sensor_records.run(spark, settings)
-    expected |= {
-        (f"{gone}~2", p, o)
-        for p, end in end_offsets(kafka_bootstrap, gone).items()
-        for o in range(end)
-    }
+    expected |= offsets_in_kafka(kafka_bootstrap, gone, named=f"{gone}~2")
     assert offsets_held(spark, path) == sorted(expected)
 
     # Deleted and made again between two runs, with fewer records than bronze read: its
@@ -268,11 +260,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         sensor_records.run(spark, settings)
     kafka_changes.accept(spark, settings, "topic_recreated", kept)
     sensor_records.run(spark, settings)
-    expected |= {
-        (f"{kept}~2", p, o)
-        for p, end in end_offsets(kafka_bootstrap, kept).items()
-        for o in range(end)
-    }
+    expected |= offsets_in_kafka(kafka_bootstrap, kept, named=f"{kept}~2")
     assert offsets_held(spark, path) == sorted(expected)
     recorded = kafka_changes.history(spark, settings)
     assert {r["reason"] for r in recorded if r["change"] == "topic_retired"} == {"decommissioned"}
@@ -286,6 +274,16 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     assert {(r.topic.split("~")[0], r.sensor_id) for r in parsed.collect()} == {
         (kept, "sensor-001"),
         (gone, "sensor-002"),
+    }
+
+
+def offsets_in_kafka(bootstrap: str, topic: str, named: str | None = None) -> set[tuple]:
+    """(topic, partition, offset) of every record Kafka holds of `topic` from offset 0,
+    the topic `named` as bronze names it."""
+    return {
+        (named or topic, partition, offset)
+        for partition, end in end_offsets(bootstrap, topic).items()
+        for offset in range(end)
     }
 
 
