@@ -2,9 +2,9 @@
 
 Both are Spark applications on the shared catalog, so they see the tables the streams and
 gold jobs register, while those run. Both are read-only unless told otherwise: the
-guard (`jvm/src/lakehouse/sql/ReadOnlyExtension.java`) lets a statement read the lake's
-tables by name with built-in functions that compute on values, refuses DDL and DML after
-analysis and before anything runs, and is switched on in the application's configuration,
+guard (`jvm/src/lakehouse/sql/ReadOnlyExtension.java`) analyzes each statement and lets it
+run only if every node and expression of its analyzed plan is on an allow-list of what a
+read of the lake's tables needs. It is switched on in the application's configuration,
 which neither SET nor a JDBC client can change.
 """
 
@@ -19,23 +19,29 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lakehouse import jars
 from lakehouse.catalog import LAYERS
+from lakehouse.console import echo
 from lakehouse.errors import LakehouseError, SettingsError, explain
+from lakehouse.services.tls import TRUSTSTORE_PASSWORD, SelfSigned
 from lakehouse.settings import SQL_PASSWORD_ENV, SqlSettings, secret_set
 
 FORMATS = ("table", "csv", "json")
 
 
 def session_conf(
-    allow_writes: bool, sql: SqlSettings, server_port: int | None = None
+    allow_writes: bool,
+    sql: SqlSettings,
+    server_port: int | None = None,
+    tls: SelfSigned | None = None,
 ) -> dict[str, str]:
     """Spark properties of a SQL application: the guard, the bounds of one statement, and
-    the server's address and who it admits."""
+    the server's address, who it admits and its TLS (`tls`: beyond loopback)."""
     conf = {
         "spark.sql.extensions": (
             f"io.delta.sql.DeltaSparkSessionExtension,{jars.SQL_EXTENSION_CLASS}"
@@ -45,6 +51,11 @@ def session_conf(
         "spark.driver.extraClassPath": str(jars.sql_extension()),
         # A larger result fails the statement with a line; it is never cut short.
         "spark.driver.maxResultSize": str(sql.max_result_bytes),
+        # The guard sees a statement as its author wrote it: Spark would replace ${env:X},
+        # ${system:x} and ${spark.conf} with their values before any parser of ours runs.
+        "spark.sql.variable.substitute": "false",
+        # A script (BEGIN ... END) runs its statements without the parser: none are allowed.
+        "spark.sql.scripting.enabled": "false",
     }
     if server_port is not None:
         # The server's handler threads load classes through the system class loader, which
@@ -57,7 +68,32 @@ def session_conf(
         # One line per refused or failed statement in the client, not a server stack trace.
         conf["spark.sql.hive.thriftServer.async"] = "false"
         conf.update(admission(sql))
+        if tls is not None:
+            conf.update(
+                {
+                    "spark.hadoop.hive.server2.use.SSL": "true",
+                    "spark.hadoop.hive.server2.keystore.path": str(tls.keystore),
+                    # A secret by its name: sent to the JVM through py4j, never an argument.
+                    "spark.hadoop.hive.server2.keystore.password": tls.password(),
+                }
+            )
     return conf
+
+
+def server_tls(sql: SqlSettings, local_state: Path) -> SelfSigned | None:
+    """The SQL server's key and certificate beyond loopback, made at its first start; on
+    loopback it speaks plain text to the clients of this machine."""
+    if sql.loopback:
+        return None
+    return SelfSigned(local_state / "sql" / "tls").ensure("sql-server")
+
+
+def jdbc_url(host: str, port: int, tls: SelfSigned | None, database: str = "gold") -> str:
+    """How beeline (Hive's JDBC driver) reaches the server, trusting its certificate."""
+    url = f"jdbc:hive2://{host}:{port}/{database}"
+    if tls is not None:
+        url += f";ssl=true;sslTrustStore={tls.truststore};trustStorePassword={TRUSTSTORE_PASSWORD}"
+    return url
 
 
 def admission(sql: SqlSettings) -> dict[str, str]:
@@ -125,24 +161,33 @@ def run_statements(
     fmt: str = "table",
     max_rows: int = 1000,
     out: Callable[[str], None] = print,
+    keep_going: bool = False,
 ) -> None:
-    """Run each statement and print its result in `fmt`; stop at the first that fails."""
+    """Run each statement and print its result in `fmt`; stop at the first that fails, or
+    with `keep_going` say each failure in a line and fail at the end."""
     # PySpark logs a failed statement as a JSON record with the JVM stack; the error
     # raised below says it in one line.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    failed = 0
     for number, statement in enumerate(statements, 1):
         try:
             frame = spark.sql(statement)
             rows = frame.limit(max_rows + 1).collect() if fmt == "table" else frame.collect()
         except Exception as error:
             where = f"statement {number}: " if len(statements) > 1 else ""
-            raise LakehouseError(f"{where}{explain(error)}") from None
+            if not keep_going:
+                raise LakehouseError(f"{where}{explain(error)}") from None
+            echo(f"lakehouse: error: {where}{explain(error)}", err=True)
+            failed += 1
+            continue
         if number > 1 and fmt == "table":
             out("")
         for line in render(frame.columns, rows[:max_rows] if fmt == "table" else rows, fmt):
             out(line)
         if fmt == "table" and len(rows) > max_rows:
             out(f"(first {max_rows:,} rows shown; --max-rows to see more)")
+    if failed:
+        raise LakehouseError(f"{failed} of {len(statements)} statements failed")
 
 
 def render(columns: list[str], rows: list[Any], fmt: str) -> Iterator[str]:

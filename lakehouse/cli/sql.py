@@ -20,8 +20,11 @@ def add_commands(commands: Any) -> None:
         "sql",
         help="query the tables by name (bronze.*, silver.*, gold.*), read-only",
         description="Run SQL on the shared catalog and print the result. Delta time travel "
-        "works: SELECT * FROM gold.sensor_hourly VERSION AS OF 3. Statements that change data "
-        "or the catalog (DDL, DML, OPTIMIZE, ...) are refused unless --allow-writes is given.",
+        "works: SELECT * FROM gold.sensor_hourly VERSION AS OF 3. Read-only unless "
+        "--allow-writes is given: a statement runs only if its analyzed plan is a read of the "
+        "lake's Delta tables by name (queries with built-in functions that compute on values, "
+        "SHOW, DESCRIBE, EXPLAIN); anything else is refused in one line before it runs "
+        "(docs/architecture.md, SQL).",
     )
     sql.add_argument("statement", nargs="?", help="one or more statements separated by ;")
     sql.add_argument("-f", "--file", help="read the statements from this file")
@@ -34,6 +37,13 @@ def add_commands(commands: Any) -> None:
     sql.add_argument(
         "--max-rows", type=int, default=1000, help="table format: show at most this many rows"
     )
+    sql.add_argument(
+        "--continue",
+        dest="keep_going",
+        action="store_true",
+        help="run every statement even when one fails; each failure is one line on stderr, "
+        "and the exit status is 1 if any failed",
+    )
     sql.add_argument("--allow-writes", action="store_true", help="permit DDL and DML")
     sql.set_defaults(handler=run_sql)
 
@@ -44,7 +54,8 @@ def add_commands(commands: Any) -> None:
         "Ctrl-C, e.g. beeline -u jdbc:hive2://127.0.0.1:10000/gold. Read-only unless "
         "--allow-writes is given; no client setting can switch that off. It listens on "
         "sql.host (127.0.0.1 by default); beyond loopback only with sql.user set, and then "
-        "admits that user alone, with the password in $LAKEHOUSE_SQL_PASSWORD. A statement "
+        "admits that user alone, with the password in $LAKEHOUSE_SQL_PASSWORD, over TLS only "
+        "(clients trust <local_state>/sql/tls/ca.pem or truststore.p12). A statement "
         "runs for sql.query_timeout_seconds at most, and its result may take "
         "sql.max_result_bytes.",
     )
@@ -64,7 +75,7 @@ def run_sql(args: argparse.Namespace) -> None:
         raise LakehouseError("no SQL statement given")
     settings = settings_of(args)
     _, spark = spark_for(args, "sql", sql.session_conf(args.allow_writes, settings.sql))
-    sql.run_statements(spark, statements, args.format, args.max_rows)
+    sql.run_statements(spark, statements, args.format, args.max_rows, keep_going=args.keep_going)
 
 
 def _read_text(path: Path) -> str:
@@ -80,7 +91,8 @@ def run_sql_server(args: argparse.Namespace) -> None:
 
     settings = settings_of(args)
     port = args.port or settings.sql.port
-    conf = sql.session_conf(args.allow_writes, settings.sql, port)  # refuses an open server
+    tls = sql.server_tls(settings.sql, settings.storage.local_state_dir)
+    conf = sql.session_conf(args.allow_writes, settings.sql, port, tls)  # refuses an open server
     if not process.free(port):
         raise LakehouseError(f"port {port} on 127.0.0.1 is taken; choose another with --port")
     _, spark = spark_for(args, "sql-server", conf)
@@ -90,8 +102,8 @@ def run_sql_server(args: argparse.Namespace) -> None:
     mode = "read-write" if args.allow_writes else "read-only"
     who = f"user {settings.sql.user} with its password" if settings.sql.user else "anyone"
     echo(
-        f"SQL server ({mode}, admitting {who}) on jdbc:hive2://{settings.sql.host}:{port}/default;"
-        " Ctrl-C stops it"
+        f"SQL server ({mode}, admitting {who}{', over TLS' if tls else ''}) on "
+        f"{sql.jdbc_url(settings.sql.host, port, tls)}; Ctrl-C stops it"
     )
     sql.serve(spark, settings.sql, stop)
     echo("SQL server stopped")

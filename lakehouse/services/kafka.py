@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import secrets
 import socket
 import subprocess
 import time
@@ -22,7 +21,7 @@ from typing import Any, ClassVar
 
 from lakehouse import jars
 from lakehouse.errors import LakehouseError, Unavailable, credentials_refused, explain
-from lakehouse.services import process
+from lakehouse.services import process, tls
 from lakehouse.settings import EMBEDDED, KafkaSettings, Settings
 
 _LOG4J2 = """\
@@ -62,7 +61,7 @@ class EmbeddedKafka:
     @property
     def ca_file(self) -> Path:
         """The PEM clients trust the SASL_SSL listener's certificate by."""
-        return self.home / "tls" / "ca.pem"
+        return tls.SelfSigned(self.home / "tls").ca_file
 
     @property
     def log_file(self) -> Path:
@@ -120,25 +119,8 @@ class EmbeddedKafka:
     def _tls(self) -> tuple[Path, str]:
         """The listener's keystore and its password, made at the first start: a key and a
         self-signed certificate for 127.0.0.1, which `ca_file` holds for clients to trust."""
-        folder = self.home / "tls"
-        keystore, secret = folder / "broker.p12", folder / "keystore-password"
-        if not keystore.exists():
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            secret.touch(mode=0o600)
-            secret.write_text(secrets.token_urlsafe(24))
-            env = {**os.environ, "KEYSTORE_PASSWORD": secret.read_text()}
-            key = ["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650"]
-            key += ["-dname", "CN=localhost", "-ext", "SAN=IP:127.0.0.1,DNS:localhost"]
-            for command in (key, ["-exportcert", "-rfc", "-file", str(self.ca_file)]):
-                # The password by name of a variable: never an argument `ps` shows.
-                arguments = ["-alias", "broker", "-keystore", str(keystore)]
-                arguments += ["-storetype", "PKCS12", "-storepass:env", "KEYSTORE_PASSWORD"]
-                result = subprocess.run(
-                    ["keytool", *command, *arguments], env=env, capture_output=True, text=True
-                )
-                if result.returncode != 0:
-                    raise LakehouseError(f"keytool failed: {explain(result.stderr)}")
-        return keystore, secret.read_text()
+        made = tls.SelfSigned(self.home / "tls").ensure("broker")
+        return made.keystore, made.password()
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the broker (SIGTERM, then SIGKILL); False if it was not running."""

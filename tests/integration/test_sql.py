@@ -1,5 +1,9 @@
 """Gold tables by name from other Spark applications: `lakehouse sql` and the SQL server
-queried with the beeline that ships with pyspark; both read-only unless told otherwise."""
+queried with the beeline that ships with pyspark; both read-only unless told otherwise.
+
+One corpus of hostile statements and one of what analysts ask go through `lakehouse sql`
+(one application, `--continue`) and through beeline against one server, which listens
+beyond loopback with a user, a password and TLS."""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
@@ -17,11 +23,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.catalog import LAYERS
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
 from lakehouse.services import process
+from lakehouse.services.tls import SelfSigned
 from lakehouse.settings import SQL_PASSWORD_ENV, Settings
+from lakehouse.sql import jdbc_url
 from silver import reconstruct
 from tests.integration.test_gold import INCREMENTS, Bronze
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
@@ -29,36 +36,167 @@ from tests.support import lakehouse_command, overrides, run_lakehouse, settings_
 pytestmark = pytest.mark.integration
 
 HOURLY = "SELECT sensor_id, hour, updates FROM gold.sensor_hourly ORDER BY sensor_id, hour"
+PROBE = "probe-value-never-shown"
+"""A secret in the environment and in the application's Spark properties."""
+
+READS = "downstream SQL reads the lake's tables by name"
+BY_PATH = f"by path is refused; {READS}"
+NOT_A_VALUE_FUNCTION = "is not allowed in downstream SQL: only built-in functions that compute"
+WRITES = "changes data or the catalog, or reaches beyond the lake; rerun with --allow-writes"
+OUTSIDE = "is outside the lake's"
+JVM_CALL = "'java.lang.System', 'getenv', 'PROBE_SECRET'"
+MEMORY = "so that one value cannot take the server's memory"
+
+HOSTILE = [
+    # files and tables by path, in every format, however the name is made
+    ("SELECT * FROM text.`/etc/hostname`", f"reading Text `file:/etc/hostname` {BY_PATH}"),
+    ("SELECT * FROM csv.`/etc/passwd`", BY_PATH),
+    ("SELECT * FROM json.`/etc/passwd`", BY_PATH),
+    ("SELECT * FROM binaryFile.`/etc/passwd`", BY_PATH),
+    ("SELECT * FROM parquet.`{gold}`", BY_PATH),
+    ("SELECT * FROM delta.`{gold}`", BY_PATH),
+    ("SELECT * FROM IDENTIFIER('text.' || '`/etc/hostname`')", BY_PATH),
+    ("SELECT (SELECT count(*) FROM text.`/etc/passwd`)", BY_PATH),
+    ("DESCRIBE HISTORY delta.`{gold}`", "DESCRIBE HISTORY of a table by path is refused"),
+    ("DESCRIBE DETAIL '{gold}'", f"the database delta {OUTSIDE}"),
+    # the JVM and the shell
+    (
+        f"SELECT reflect({JVM_CALL})",
+        f"reflect \\(CallMethodViaReflection\\) {NOT_A_VALUE_FUNCTION}",
+    ),
+    (f"SELECT java_method({JVM_CALL})", NOT_A_VALUE_FUNCTION),
+    (f"SELECT try_reflect({JVM_CALL})", NOT_A_VALUE_FUNCTION),
+    (f"SELECT IDENTIFIER('java' || '_method')({JVM_CALL})", "the function java_method"),
+    ("SELECT xpath('<a><b>1</b></a>', 'a/b')", NOT_A_VALUE_FUNCTION),
+    ("SELECT input_file_name() FROM gold.sensor_daily", NOT_A_VALUE_FUNCTION),
+    (
+        "SELECT TRANSFORM(id) USING 'id; cat /etc/hostname' AS (l STRING) FROM range(1)",
+        "the plan node ScriptTransformation is not one a read needs",
+    ),
+    # secrets through substitution, scripting, statements built from strings
+    ("SELECT '${env:PROBE_SECRET}'", "${...} is refused: downstream SQL substitutes no variables"),
+    ("SELECT '${spark.hadoop.fs.s3a.secret.key}'", "${...} is refused"),
+    ("SELECT '${system:user.name}'", "${...} is refused"),
+    (f"BEGIN SELECT java_method({JVM_CALL}); END", "SQL scripting (BEGIN ... END) is refused"),
+    (
+        f"EXECUTE IMMEDIATE 'SELECT java_method({JVM_CALL.replace(chr(39), chr(39) * 2)})'",
+        NOT_A_VALUE_FUNCTION,
+    ),
+    ("EXECUTE IMMEDIATE 'DROP TABLE gold.sensor_daily'", f"DROP TABLE (DropTable) {WRITES}"),
+    # other databases of the shared metastore
+    ("USE default", f"the database default {OUTSIDE}"),
+    ("SHOW TABLES IN default", OUTSIDE),
+    ("SELECT * FROM default.outside", OUTSIDE),
+    # writes and DDL
+    ("INSERT INTO gold.sensor_daily SELECT * FROM gold.sensor_daily", f"INSERT INTO .*{WRITES}"),
+    ("DELETE FROM gold.sensor_daily", f"DELETE (DeleteCommand) {WRITES}"),
+    ("UPDATE gold.sensor_daily SET updates = 0", WRITES),
+    ("DROP TABLE gold.sensor_hourly", f"DROP TABLE (DropTable) {WRITES}"),
+    ("CREATE TABLE gold.x (id INT) USING delta", WRITES),
+    ("OPTIMIZE gold.sensor_daily", WRITES),
+    ("CACHE TABLE gold.sensor_daily", WRITES),
+    ("CREATE OR REPLACE VIEW gold.v AS SELECT 1", "only a temporary view of this session"),
+    # code and files brought in, views over files
+    ("ADD JAR /tmp/x.jar", f"ADD JARS (AddJarsCommand) {WRITES}"),
+    ("ADD FILE /etc/passwd", WRITES),
+    ("CREATE TEMPORARY FUNCTION f AS 'org.example.F'", f"CREATE FUNCTION .*{WRITES}"),
+    ("CREATE TEMPORARY VIEW pw AS SELECT * FROM text.`/etc/passwd`", BY_PATH),
+    ("CREATE TEMPORARY VIEW t USING text OPTIONS (path '/etc/passwd')", WRITES),
+    (
+        "CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:derby:memory:x', dbtable 'x')",
+        WRITES,
+    ),
+    # settings
+    ("SET spark.hadoop.fs.s3a.endpoint=http://elsewhere", "SET spark.hadoop.fs.s3a.endpoint is"),
+    ("SET spark.sql.variable.substitute=true", "SET spark.sql.variable.substitute is refused"),
+    ("SET spark.sql.thriftServer.queryTimeout=0", "is refused: downstream SQL may set only"),
+    ("SET spark.lakehouse.sql.readOnly=false", "is refused"),
+    # memory
+    ("SELECT size(sequence(1, 500000000))", f"sequence is refused: .*500,000,000.*{MEMORY}"),
+    ("SELECT repeat('x', 2000000000)", f"repeat is refused: .*{MEMORY}"),
+    ("SELECT array_repeat('x', 2000000000)", MEMORY),
+    ("SELECT explode(sequence(1, id)) FROM range(10)", "sequence with bounds from columns"),
+    ("SELECT transform(sequence(1, 1000), x -> repeat('x', 1000000))", "in one expression"),
+    ("SELECT /*+ BROADCAST(r) */ * FROM range(10) r JOIN range(10) q USING (id)", "ResolvedHint"),
+]
+"""Each statement and (a regular expression of) its one-line refusal after `read-only: `."""
+
+ALLOWED = [
+    "SELECT sensor_id, count(*), round(avg(updates), 2), max(hour) FROM gold.sensor_hourly "
+    "GROUP BY sensor_id",
+    "SELECT count(*) FROM gold.sensor_hourly VERSION AS OF 1",
+    "SELECT count(*) FROM gold.sensor_hourly TIMESTAMP AS OF '{first_built}'",
+    "SELECT sensor_id, rank() OVER (ORDER BY updates DESC), lag(updates) OVER (PARTITION BY "
+    "sensor_id ORDER BY day) FROM gold.sensor_daily",
+    "WITH d AS (SELECT * FROM gold.sensor_daily) SELECT d.sensor_id FROM d JOIN "
+    "gold.sensor_hourly h USING (sensor_id) WHERE d.updates IN (SELECT updates FROM "
+    "gold.sensor_daily) LIMIT 5",
+    "SELECT date_trunc('day', hour), coalesce(sensor_id, '?'), nullif(updates, 0), "
+    "hour + INTERVAL 1 HOUR, explode(sequence(1, 3)), current_user() FROM gold.sensor_hourly",
+    "SELECT * FROM range(3)",
+    "DESCRIBE TABLE EXTENDED gold.sensor_hourly",
+    "DESCRIBE HISTORY gold.sensor_hourly",
+    "SHOW TABLES IN gold",
+    "SHOW DATABASES",
+    "EXPLAIN SELECT * FROM gold.sensor_hourly",
+    "USE gold",
+    "SET spark.sql.session.timeZone=UTC",
+    "SET",
+    "SET -v",
+    "SET spark.hadoop.fs.s3a.secret.key",
+    "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
+    "SELECT count(*) FROM busy",
+]
+
+
+@dataclass(frozen=True)
+class Lake:
+    settings: Settings
+    env: dict[str, str]
+    gold_path: str
+    first_built: str
+    """A time between gold's first and second build, for TIMESTAMP AS OF."""
 
 
 @pytest.fixture(scope="module")
-def gold_lake(
-    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Settings, dict[str, str]]:
-    """Gold built twice (two versions), its tables registered by the jobs that wrote them."""
+def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    """Gold built twice (two versions), its tables registered by the jobs that wrote them,
+    and a Delta table outside the lake's databases."""
     root = tmp_path_factory.mktemp("sql")
     s = settings_for(root, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
     bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
+    between = ""
     for spec in INCREMENTS[:2]:
+        if between == "" and spark.catalog.tableExists("gold.sensor_hourly"):
+            time.sleep(1.0)
+            between = spark.sql("SELECT string(current_timestamp())").first()[0]
+            time.sleep(1.0)
         bronze.append(spec)
         reconstruct.run(spark, s)
         run_models(spark, s.storage, MODELS)
-    return s, overrides(root, "127.0.0.1:9", "sensors.")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS default.outside (id INT) USING delta LOCATION '{root}'")
+    env = overrides(root, "127.0.0.1:9", "sensors.")
+    env["LAKEHOUSE__SPARK__CONF"] = json.dumps({"spark.hadoop.fs.s3a.secret.key": PROBE})
+    env["PROBE_SECRET"] = PROBE
+    return Lake(s, env, s.storage.table_uri("gold.sensor_daily"), between)
 
 
-def expected_hourly(spark: SparkSession, version: int | None = None) -> list[list[str]]:
-    travel = f" VERSION AS OF {version}" if version is not None else ""
-    query = HOURLY.replace("gold.sensor_hourly", f"gold.sensor_hourly{travel}")
-    return [
-        [r.sensor_id, f"{r.hour:%Y-%m-%d %H:%M:%S}", str(r.updates)]
-        for r in spark.sql(query).collect()
-    ]
+def corpus(lake: Lake) -> tuple[list[str], list[tuple[str, str]]]:
+    """The allowed statements, then the hostile ones with their refusals, with the lake's
+    paths and times. Without the script: `lakehouse sql` and beeline split text at `;`."""
+    allowed = [s.format(first_built=lake.first_built) for s in ALLOWED]
+    hostile = [(s.replace("{gold}", lake.gold_path), r) for s, r in HOSTILE if "BEGIN" not in s]
+    return allowed, hostile
+
+
+def refused(said: str, refusal: str) -> bool:
+    return bool(re.search(refusal, said)) or refusal in said
 
 
 def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], tmp_path: Path
+    spark: SparkSession, gold_lake: Lake, tmp_path: Path
 ) -> None:
-    _, env = gold_lake
+    env = gold_lake.env
     first = int(spark.sql("DESCRIBE HISTORY gold.sensor_hourly").agg({"version": "min"}).first()[0])
     script = tmp_path / "hourly.sql"
     then = HOURLY.replace("ORDER", f"VERSION AS OF {first + 1} ORDER")
@@ -66,9 +204,6 @@ def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
 
     as_csv = run_lakehouse("sql", "--format", "csv", "-f", str(script), env=env)
     as_json = run_lakehouse("sql", "--format", "json", "SELECT * FROM gold.sensor_daily", env=env)
-    as_table = run_lakehouse(
-        "sql", "SELECT count(*) AS sessions FROM gold.session_summary", env=env
-    )
 
     assert as_csv.returncode == 0, as_csv.stderr[-2000:]
     rows = list(csv.reader(as_csv.stdout.splitlines()))
@@ -81,144 +216,64 @@ def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
     assert sorted((d["sensor_id"], d["day"]) for d in daily) == sorted(
         (r.sensor_id, f"{r.day}") for r in spark.table("gold.sensor_daily").collect()
     )
-    sessions = spark.table("gold.session_summary").count()
-    assert as_table.stdout.splitlines() == ["sessions", "--------", f"{sessions:>8}", "(1 row)"]
 
 
-def test_sql_refuses_ddl_and_dml_unless_writes_are_allowed(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]]
+def expected_hourly(spark: SparkSession, version: int | None = None) -> list[list[str]]:
+    travel = f" VERSION AS OF {version}" if version is not None else ""
+    query = HOURLY.replace("gold.sensor_hourly", f"gold.sensor_hourly{travel}")
+    return [
+        [r.sensor_id, f"{r.hour:%Y-%m-%d %H:%M:%S}", str(r.updates)]
+        for r in spark.sql(query).collect()
+    ]
+
+
+def test_sql_answers_analysts_and_refuses_each_hostile_statement_in_one_line(
+    spark: SparkSession, gold_lake: Lake, tmp_path: Path
 ) -> None:
-    _, env = gold_lake
-    rows = spark.table("gold.sensor_daily").count()
+    allowed, hostile = corpus(gold_lake)
+    daily = spark.table("gold.sensor_daily").count()
+    script = tmp_path / "corpus.sql"
+    statements = [*allowed, *(s for s, _ in hostile), "SELECT 'still answering' AS said"]
+    script.write_text("".join(f"{s};\n" for s in statements))
 
-    refused = run_lakehouse(
-        "sql", "DELETE FROM gold.sensor_daily; DROP TABLE gold.sensor_daily", env=env
-    )
-    by_path = run_lakehouse("sql", "SELECT * FROM text.`/etc/passwd`", env=env)
-    allowed = run_lakehouse(
-        "sql",
-        "--allow-writes",
-        "CREATE OR REPLACE VIEW gold.busy_hours AS "
-        "SELECT * FROM gold.sensor_hourly WHERE updates > 5",
-        env=env,
-    )
+    ran = run_lakehouse("sql", "--continue", "--format=csv", "-f", str(script), env=gold_lake.env)
 
-    assert refused.returncode == 1
-    assert refused.stderr.strip().splitlines()[-1] == (
-        "lakehouse: error: statement 1: read-only: DELETE (DeleteCommand) changes data or the "
-        "catalog; rerun with --allow-writes to permit it"
-    )
-    assert by_path.returncode == 1
-    assert by_path.stderr.strip().splitlines()[-1] == (
-        "lakehouse: error: read-only: reading `text`.`/etc/passwd` is refused: a file, a path "
-        f"or a database outside the lake's ({','.join(LAYERS)}); {READ_ONLY}"
-    )
-    assert spark.table("gold.sensor_daily").count() == rows
-    assert allowed.returncode == 0, allowed.stderr[-2000:]
-    assert spark.catalog.tableExists("gold.busy_hours")
-    spark.sql("DROP VIEW gold.busy_hours")
+    assert ran.returncode == 1
+    failures = [line for line in ran.stderr.splitlines() if line.startswith("lakehouse: error:")]
+    summary = f"lakehouse: error: {len(hostile)} of {len(statements)} statements failed"
+    assert failures.pop() == summary
+    assert len(failures) == len(hostile), "\n".join(failures)
+    numbered = enumerate(zip(failures, hostile, strict=True), len(allowed) + 1)
+    for number, (failure, (statement, refusal)) in numbered:
+        prefix = f"lakehouse: error: statement {number}: read-only: "
+        assert failure.startswith(prefix), (statement, failure)
+        assert refused(failure, refusal), (statement, failure)
+    assert ran.stdout.splitlines()[-2:] == ["said", "still answering"]
+    assert "namespace\nbronze\ngold\nops\nquality\nsilver\n" in ran.stdout  # the lake's only
+    assert "spark.hadoop.fs.s3a.secret.key,*********(redacted)" in ran.stdout
+    assert PROBE not in ran.stdout + ran.stderr
+    assert spark.table("gold.sensor_daily").count() == daily
+    assert spark.catalog.tableExists("gold.sensor_hourly")
 
 
-READ_ONLY = "downstream SQL reads the lake's tables by name only"
-BY_PATH = "is refused: a file, a path or a database outside the lake's"
-NOT_A_VALUE_FUNCTION = "not allowed in downstream SQL: only built-in functions that compute on"
-WRITES = "changes data or the catalog; rerun with --allow-writes"
-JVM_CALL = "'java.lang.System', 'getProperty', 'user.name'"
+@dataclass(frozen=True)
+class Server:
+    port: int
+    tls: SelfSigned
+    output: list[str]
 
 
-@pytest.mark.parametrize(
-    ("statement", "refusal"),
-    [
-        (
-            f"SELECT reflect({JVM_CALL})",
-            f"the function (reflect|java_method) .*{NOT_A_VALUE_FUNCTION}",
-        ),
-        (f"SELECT java_method({JVM_CALL})", NOT_A_VALUE_FUNCTION),
-        (f"SELECT try_reflect({JVM_CALL})", NOT_A_VALUE_FUNCTION),
-        ("SELECT xpath('<a><b>1</b></a>', 'a/b')", NOT_A_VALUE_FUNCTION),
-        ("SELECT * FROM text.`/etc/passwd`", BY_PATH),
-        ("SELECT * FROM binaryFile.`/etc/passwd`", BY_PATH),
-        ("SELECT * FROM csv.`/etc/passwd`", BY_PATH),
-        ("SELECT * FROM delta.`{gold}`", BY_PATH),
-        ("SELECT * FROM parquet.`{gold}`", BY_PATH),
-        ("SELECT (SELECT count(*) FROM text.`/etc/passwd`)", BY_PATH),
-        ("CREATE TEMPORARY VIEW pw AS SELECT * FROM text.`/etc/passwd`", BY_PATH),
-        (
-            "CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:derby:memory:x', dbtable 'x')",
-            f"CREATE TEMPORARY VIEW ... USING .*reads a data source; {READ_ONLY}",
-        ),
-        (
-            "SET spark.hadoop.fs.s3a.endpoint=http://elsewhere",
-            "SET spark.hadoop.fs.s3a.endpoint is refused",
-        ),
-        (
-            "SET spark.sql.catalog.other=org.example.Catalog",
-            "SET spark.sql.catalog.other is refused",
-        ),
-        ("ADD JAR /tmp/x.jar", f"ADD JARS .*{WRITES}"),
-        ("CREATE TEMPORARY FUNCTION f AS 'org.example.F'", f"CREATE FUNCTION .*{WRITES}"),
-        (
-            "INSERT INTO gold.sensor_daily SELECT * FROM gold.sensor_daily",
-            f"INSERT INTO .*{WRITES}",
-        ),
-        ("DELETE FROM gold.sensor_daily", f"DELETE .*{WRITES}"),
-    ],
-)
-def test_the_guard_refuses_whatever_reaches_beyond_the_lakes_tables(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], statement: str, refusal: str
-) -> None:
-    settings, _ = gold_lake
-    statement = statement.format(gold=settings.storage.table_uri("gold.sensor_daily"))
-    said = guard_check(spark, statement)
-    assert said is not None and re.search(refusal, said), said
+PASSWORD = "s3cret-kept-off-command-lines"
+"""beeline splits its own `!connect` line at spaces and quotes: a plain password."""
 
 
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "SELECT sensor_id, count(*), round(avg(updates), 2), max(hour) FROM gold.sensor_hourly "
-        "GROUP BY sensor_id",
-        "SELECT * FROM gold.sensor_hourly VERSION AS OF 1",
-        "SELECT sensor_id, rank() OVER (ORDER BY updates DESC) FROM gold.sensor_daily",
-        "WITH d AS (SELECT * FROM gold.sensor_daily) SELECT * FROM d JOIN gold.sensor_hourly "
-        "USING (sensor_id) WHERE d.updates IN (SELECT updates FROM gold.sensor_daily)",
-        "SELECT date_trunc('day', hour), coalesce(sensor_id, '?'), current_user() "
-        "FROM gold.sensor_hourly",
-        "SELECT * FROM range(3)",
-        "DESCRIBE TABLE EXTENDED gold.sensor_hourly",
-        "DESCRIBE HISTORY gold.sensor_hourly",
-        "DESCRIBE DETAIL gold.sensor_hourly",
-        "SHOW TABLES IN gold",
-        "SHOW CREATE TABLE gold.sensor_hourly",
-        "EXPLAIN SELECT * FROM gold.sensor_hourly",
-        "SET spark.sql.session.timeZone=UTC",
-        "SET",
-        "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
-    ],
-)
-def test_the_guard_lets_analysts_read_tables_by_name_travel_describe_show_and_explain(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], statement: str
-) -> None:
-    assert guard_check(spark, statement) is None
-
-
-def guard_check(spark: SparkSession, statement: str) -> str | None:
-    """The guard's refusal of `statement`, as parsed then as analyzed in `spark`, without
-    running it."""
-    state = spark._jsparkSession.sessionState()  # type: ignore[attr-defined]
-    guard = spark._jvm.lakehouse.sql.ReadOnlyExtension  # type: ignore[attr-defined]
-    parsed = state.sqlParser().parsePlan(statement)
-    refusal = guard.checkStatement(parsed, ",".join(LAYERS))
-    return refusal or guard.check(state.analyzer().execute(parsed))
-
-
-def test_sql_server_admits_its_user_bounds_each_statement_and_refuses_writes(
-    spark: SparkSession, gold_lake: tuple[Settings, dict[str, str]], tmp_path: Path
-) -> None:
-    _, lake = gold_lake
+@pytest.fixture(scope="module")
+def sql_server(gold_lake: Lake) -> Iterator[Server]:
+    """One SQL server for the module: beyond loopback, one user with a password, over TLS,
+    statements bounded to 10 s and results to 8 MiB."""
     port = process.free_port()
     env = {
-        **lake,
+        **gold_lake.env,
         "LAKEHOUSE__SQL__HOST": "0.0.0.0",
         "LAKEHOUSE__SQL__USER": "analyst",
         "LAKEHOUSE__SQL__MAX_RESULT_BYTES": str(8 << 20),
@@ -231,83 +286,108 @@ def test_sql_server_admits_its_user_bounds_each_statement_and_refuses_writes(
         "sql.user is 'analyst' but $LAKEHOUSE_SQL_PASSWORD is not set: the server would "
         "admit no one"
     )
-    env[SQL_PASSWORD_ENV] = PASSWORD
     server = subprocess.Popen(
         lakehouse_command("sql-server", "--port", str(port)),
-        env={**os.environ, **env},
+        env={**os.environ, **env, SQL_PASSWORD_ENV: PASSWORD},
         cwd=PROJECT_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    output: list[str] = []
     try:
         deadline = time.monotonic() + 180
         while process.free(port):
             assert server.poll() is None, server.communicate()[1][-2000:]
             assert time.monotonic() < deadline, "the SQL server did not listen"
             time.sleep(0.5)
-        said = {
-            "answer": beeline(port, HOURLY, tmp_path),
-            "stranger": beeline(port, HOURLY, tmp_path, password="guess"),
-            "refusal": beeline(port, "DROP TABLE gold.sensor_hourly", tmp_path),
-            "jvm_call": beeline(port, f"SELECT java_method({JVM_CALL})", tmp_path),
-            "too_big": beeline(port, "SELECT sha2(string(id), 512) FROM range(400000)", tmp_path),
-            "too_long": beeline(port, "SELECT max(id % 7) FROM range(1000000000000)", tmp_path),
-        }
+        tls = SelfSigned(gold_lake.settings.storage.local_state_dir / "sql" / "tls")
+        yield Server(port, tls, output)
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=60)
+        output.extend([out, err])
+    assert server.returncode == 0, err[-2000:]
 
-    answer = said.pop("answer")
-    assert answer.returncode == 0, answer.stderr[-2000:]
-    rows = list(csv.reader(_without_prompt(answer.stdout)))
-    assert rows[0] == ["sensor_id", "hour", "updates"]
-    assert [[s, h[:19], u] for s, h, u in rows[1:]] == expected_hourly(spark)
+
+def test_sql_server_answers_over_tls_and_refuses_each_hostile_statement_in_one_line(
+    spark: SparkSession, gold_lake: Lake, sql_server: Server, tmp_path: Path
+) -> None:
+    allowed, hostile = corpus(gold_lake)
+    bounded = {
+        "SELECT sha2(string(id), 512) FROM range(400000)": "bigger than spark.driver.maxResultSize",
+        "SELECT max(id % 7) FROM range(1000000000000)": "timed out",
+    }
+    script = tmp_path / "corpus.sql"
+    statements = [*allowed, *(s for s, _ in hostile), *bounded, HOURLY]
+    script.write_text("".join(f"{s};\n" for s in statements))
+
+    ran = beeline(sql_server, tmp_path, "-f", str(script), "--force=true")
+
+    lines = ran.stdout.splitlines() + ran.stderr.splitlines()
+    errors = [line for line in lines if line.startswith("Error: ")]
+    expected = [f"read-only: .*{r}" for _, r in hostile] + list(bounded.values())
+    assert len(errors) == len(expected), "\n".join(errors)
+    for error, refusal in zip(errors, expected, strict=True):
+        assert refused(error, refusal), (refusal, error)
+    rows = list(csv.reader(_without_prompt(ran.stdout)))
+    at = rows.index(["sensor_id", "hour", "updates"])
+    assert [[s, h[:19], u] for s, h, u in rows[at + 1 :]] == expected_hourly(spark)
+    assert PROBE not in ran.stdout + ran.stderr
+    assert sql_server.tls.password() not in ran.stdout + ran.stderr
+    assert spark.catalog.tableExists("gold.sensor_hourly")
+
+
+def test_sql_server_refuses_strangers_plain_text_and_settings_from_the_url(
+    gold_lake: Lake, sql_server: Server, tmp_path: Path
+) -> None:
+    said = {
+        "stranger": beeline(sql_server, tmp_path, "-e", "SELECT 1", password="guess"),
+        "plain text": beeline(sql_server, tmp_path, "-e", "SELECT 1", tls=False),
+        "url setting": beeline(
+            sql_server,
+            tmp_path,
+            "-e",
+            "SELECT 1",
+            url_tail="?spark.sql.thriftServer.queryTimeout=0",
+        ),
+        "url variable": beeline(
+            sql_server, tmp_path, "-e", "SELECT 1", url_tail="#spark.sql.variable.substitute=true"
+        ),
+        "script": beeline(sql_server, tmp_path, "-e", f"BEGIN SELECT java_method({JVM_CALL}); END"),
+    }
+
     assert all(r.returncode != 0 for r in said.values()), {
         n: r.stdout[-500:] + r.stderr[-1500:] for n, r in said.items() if r.returncode == 0
     }
     text = {name: r.stdout + r.stderr for name, r in said.items()}
     assert "Error validating the login" in text["stranger"]  # HiveServer2 tells no more
-    assert "read-only: DROP TABLE (DropTable) changes data or the catalog" in text["refusal"]
-    assert spark.catalog.tableExists("gold.sensor_hourly")
-    assert NOT_A_VALUE_FUNCTION in text["jvm_call"]
-    assert "bigger than spark.driver.maxResultSize (8.0 MiB)" in text["too_big"]
-    assert "timed out" in text["too_long"].lower(), text["too_long"][-2000:]
-    assert server.returncode == 0, err[-2000:]
-    assert (
-        "SQL server (read-only, admitting user analyst with its password) on jdbc:hive2://0.0.0.0:"
-    ) in out
-
-
-PASSWORD = "s3cret-kept-off-command-lines"
-"""beeline splits its own `!connect` line at spaces and quotes: a plain password."""
+    assert "Could not open client transport" in text["plain text"], text["plain text"][-1500:]
+    assert "spark.sql.thriftServer.queryTimeout, from the connection's URL" in text["url setting"]
+    assert "spark.sql.variable.substitute, from the connection's URL" in text["url variable"]
+    assert PROBE not in "".join(text.values())
 
 
 def beeline(
-    port: int, statement: str, folder: Path, user: str = "analyst", password: str = PASSWORD
+    server: Server,
+    folder: Path,
+    *args: str,
+    password: str = PASSWORD,
+    tls: bool = True,
+    url_tail: str = "",
 ) -> subprocess.CompletedProcess[str]:
     home = Path(pyspark.__file__).parent
     secret = folder / "password"  # beeline -w: the password stays off beeline's command line
     secret.write_text(password)
     secret.chmod(0o600)
+    url = jdbc_url("127.0.0.1", server.port, server.tls if tls else None) + url_tail
+    login = ["-u", url, "-n", "analyst", "-w", str(secret)]
     return subprocess.run(
-        [
-            str(home / "bin" / "beeline"),
-            "-u",
-            f"jdbc:hive2://127.0.0.1:{port}/gold",
-            "-n",
-            user,
-            "-w",
-            str(secret),
-            "--silent=true",
-            "--outputformat=csv2",
-            "-e",
-            statement,
-        ],
+        [str(home / "bin" / "beeline"), *login, "--silent=true", "--outputformat=csv2", *args],
         env={**os.environ, "SPARK_HOME": str(home)},
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
 
 
