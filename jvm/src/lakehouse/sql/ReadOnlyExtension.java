@@ -4,10 +4,11 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Locale;
 import java.util.Set;
 
-import org.apache.spark.SparkConf;
+import org.apache.hadoop.hive.ql.session.SessionState;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.FunctionIdentifier;
@@ -25,8 +26,6 @@ import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
 
 import scala.Option;
-import scala.Tuple2;
-import scala.collection.Iterator;
 import scala.collection.immutable.Seq;
 import scala.jdk.javaapi.CollectionConverters;
 import scala.runtime.AbstractFunction1;
@@ -123,7 +122,7 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
         throw refusal("${...} is refused: downstream SQL substitutes no variables (they would "
             + "read the server's settings and environment)");
       }
-      String elsewhere = settingsFromElsewhere(session);
+      String elsewhere = settingsFromElsewhere();
       if (elsewhere != null) {
         throw refusal(elsewhere);
       }
@@ -229,38 +228,37 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
         .executeAndCheck(plan, new QueryPlanningTracker(Option.empty()));
   }
 
-  /** Settings Spark and Delta give a session themselves as it reads (Delta's Parquet reader). */
-  private static final Set<String> ENGINE_SETTINGS = new LinkedHashSet<>(Arrays.asList(
-      "spark.sql.parquet.fieldId.read.enabled", "spark.sql.parquet.fieldId.write.enabled",
-      "spark.databricks.delta.lastCommitVersionInSession"));
+  /** What HiveServer2 and its JDBC client set in every session they open, for themselves. */
+  private static final Set<String> HIVE_SESSION_SETTINGS = new LinkedHashSet<>(Arrays.asList(
+      "hive.server2.custom.authentication.class",
+      "hive.server2.thrift.resultset.default.fetch.size"));
 
   /**
-   * The settings of this session that no SET of it made and the application did not start
-   * with: the Thrift server applies a JDBC URL's {@code ?key=value} to the session directly.
-   * Such a session is refused every statement; the settings a SET may change are not judged.
+   * The settings a JDBC client opened this session with ({@code ?key=value} and
+   * {@code #key=value} in its URL), which the Thrift server applies to the Spark session
+   * directly, past SET: HiveServer2 attaches the client's session to the thread that runs its
+   * statements. Null outside the Thrift server, or when each is one a SET may change.
    */
-  static String settingsFromElsewhere(SparkSession session) {
-    SparkConf application = session.sparkContext().getConf();
+  static String settingsFromElsewhere() {
+    SessionState client = SessionState.get();
+    if (client == null) {
+      return null;
+    }
     List<String> found = new ArrayList<>();
-    Iterator<Tuple2<String, String>> settings =
-        session.sessionState().conf().getAllConfs().iterator();
-    while (settings.hasNext()) {
-      Tuple2<String, String> setting = settings.next();
-      String key = setting._1();
-      if (ReadAllowList.SETTABLE.contains(key) || ENGINE_SETTINGS.contains(key)) {
-        continue;
-      }
-      Option<String> started = application.getOption(key);
-      if (started.isEmpty() || !started.get().equals(setting._2())) {
-        found.add(key);
+    for (Map<String, String> settings : Arrays.asList(
+        client.getOverriddenConfigurations(), client.getHiveVariables())) {
+      for (String key : settings.keySet()) {
+        if (!ReadAllowList.SETTABLE.contains(key) && !HIVE_SESSION_SETTINGS.contains(key)) {
+          found.add(key);
+        }
       }
     }
     if (found.isEmpty()) {
       return null;
     }
     java.util.Collections.sort(found);
-    return "this session carries settings no SET made (" + String.join(", ", found)
-        + ", from the connection's URL?); connect without them: a session may change only "
-        + String.join(", ", ReadAllowList.SETTABLE);
+    return "this session was opened with settings from its connection's URL ("
+        + String.join(", ", found) + "); connect without them: a session may change only "
+        + String.join(", ", ReadAllowList.SETTABLE) + ", with SET";
   }
 }
