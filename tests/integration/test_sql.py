@@ -58,6 +58,7 @@ HOSTILE = [
     ("SELECT * FROM delta.`{gold}`", BY_PATH),
     ("SELECT * FROM IDENTIFIER('text.' || '`/etc/hostname`')", BY_PATH),
     ("SELECT (SELECT count(*) FROM text.`/etc/passwd`)", BY_PATH),
+    ("SELECT * FROM gold.leak", f"reading Text `file:/etc/hostname` {BY_PATH}"),
     ("DESCRIBE HISTORY delta.`{gold}`", "DESCRIBE HISTORY of a table by path is refused"),
     ("DESCRIBE DETAIL '{gold}'", f"the database delta {OUTSIDE}"),
     # the JVM and the shell
@@ -147,6 +148,7 @@ ALLOWED = [
     "SET spark.hadoop.fs.s3a.secret.key",
     "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
     "SELECT count(*) FROM busy",
+    "SELECT count(*) FROM gold.busy_hours",
 ]
 
 
@@ -160,9 +162,10 @@ class Lake:
 
 
 @pytest.fixture(scope="module")
-def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     """Gold built twice (two versions), its tables registered by the jobs that wrote them,
-    and a Delta table outside the lake's databases."""
+    a Delta table outside the lake's databases, and two views in gold: over a gold table,
+    and over a file."""
     root = tmp_path_factory.mktemp("sql")
     s = settings_for(root, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
     bronze = Bronze(spark, s.storage.table_uri("bronze.sensor_records"))
@@ -170,7 +173,7 @@ def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     for spec in INCREMENTS[:2]:
         if between == "" and spark.catalog.tableExists("gold.sensor_hourly"):
             time.sleep(1.0)
-            between = spark.sql("SELECT string(current_timestamp())").first()[0]
+            between = str(spark.sql("SELECT string(current_timestamp())").collect()[0][0])
             time.sleep(1.0)
         bronze.append(spec)
         reconstruct.run(spark, s)
@@ -180,7 +183,11 @@ def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     env = overrides(root, "127.0.0.1:9", "sensors.")
     env["LAKEHOUSE__SPARK__CONF"] = json.dumps({"spark.hadoop.fs.s3a.secret.key": PROBE})
     env["PROBE_SECRET"] = PROBE
-    return Lake(s, env, s.storage.table_uri("gold.sensor_daily"), between)
+    spark.sql("CREATE OR REPLACE VIEW gold.busy_hours AS SELECT * FROM gold.sensor_hourly")
+    spark.sql("CREATE OR REPLACE VIEW gold.leak AS SELECT * FROM text.`/etc/hostname`")
+    yield Lake(s, env, s.storage.table_uri("gold.sensor_daily"), between)
+    for view in ("busy_hours", "leak", "quiet_hours"):
+        spark.sql(f"DROP VIEW IF EXISTS gold.{view}")
 
 
 def corpus(lake: Lake) -> tuple[list[str], list[tuple[str, str]]]:
@@ -199,7 +206,7 @@ def refused(said: str, refusal: str) -> bool:
         return False
 
 
-def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
+def test_sql_prints_gold_by_name_as_csv_and_json_with_time_travel_and_writes_when_allowed(
     spark: SparkSession, gold_lake: Lake, tmp_path: Path
 ) -> None:
     env = gold_lake.env
@@ -207,9 +214,17 @@ def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
     script = tmp_path / "hourly.sql"
     then = HOURLY.replace("ORDER", f"VERSION AS OF {first + 1} ORDER")
     script.write_text(f"-- now, then as first built\n{HOURLY};\n{then};\n")
+    view = "CREATE VIEW gold.quiet_hours AS SELECT * FROM gold.sensor_hourly WHERE updates < 5"
 
     as_csv = run_lakehouse("sql", "--format", "csv", "-f", str(script), env=env)
-    as_json = run_lakehouse("sql", "--format", "json", "SELECT * FROM gold.sensor_daily", env=env)
+    written = run_lakehouse(
+        "sql",
+        "--allow-writes",
+        "--format",
+        "json",
+        f"{view}; SELECT * FROM gold.sensor_daily",
+        env=env,
+    )
 
     assert as_csv.returncode == 0, as_csv.stderr[-2000:]
     rows = list(csv.reader(as_csv.stdout.splitlines()))
@@ -218,10 +233,12 @@ def test_sql_prints_gold_by_name_as_csv_json_and_a_table_with_time_travel(
     now, then = rows[1 : header_at[1]], rows[header_at[1] + 1 :]
     assert now == expected_hourly(spark)
     assert then == expected_hourly(spark, first + 1) != now
-    daily = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert written.returncode == 0, written.stderr[-2000:]
+    daily = [json.loads(line) for line in written.stdout.splitlines()]
     assert sorted((d["sensor_id"], d["day"]) for d in daily) == sorted(
         (r.sensor_id, f"{r.day}") for r in spark.table("gold.sensor_daily").collect()
     )
+    assert spark.catalog.tableExists("gold.quiet_hours")
 
 
 def expected_hourly(spark: SparkSession, version: int | None = None) -> list[list[str]]:
@@ -242,7 +259,7 @@ def test_sql_answers_analysts_and_refuses_each_hostile_statement_in_one_line(
     statements = [*allowed, *(s for s, _ in hostile), "SELECT 'still answering' AS said"]
     script.write_text("".join(f"{s};\n" for s in statements))
 
-    ran = run_lakehouse("sql", "--continue", "--format=csv", "-f", str(script), env=gold_lake.env)
+    ran = run_lakehouse("sql", "--continue", "-f", str(script), env=gold_lake.env)
 
     assert ran.returncode == 1
     failures = [line for line in ran.stderr.splitlines() if line.startswith("lakehouse: error:")]
@@ -254,9 +271,11 @@ def test_sql_answers_analysts_and_refuses_each_hostile_statement_in_one_line(
         prefix = f"lakehouse: error: statement {number}: read-only: "
         assert failure.startswith(prefix), (statement, failure)
         assert refused(failure, refusal), (statement, failure)
-    assert ran.stdout.splitlines()[-2:] == ["said", "still answering"]
-    assert "namespace\nbronze\ngold\nops\nquality\nsilver\n" in ran.stdout  # the lake's only
-    assert "spark.hadoop.fs.s3a.secret.key,*********(redacted)" in ran.stdout
+    said_last = ["said           ", "---------------", "still answering", "(1 row)"]
+    assert ran.stdout.splitlines()[-4:] == said_last
+    databases = ["namespace", "---------", "bronze   ", "gold     ", "ops      ", "quality  "]
+    assert "\n".join([*databases, "silver   ", "(5 rows)"]) in ran.stdout  # the lake's only
+    assert re.search(r"spark\.hadoop\.fs\.s3a\.secret\.key +\| \*+\(redacted\)", ran.stdout)
     assert PROBE not in ran.stdout + ran.stderr
     assert spark.table("gold.sensor_daily").count() == daily
     assert spark.catalog.tableExists("gold.sensor_hourly")

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import Row
 
 from lakehouse.errors import SettingsError
 from lakehouse.settings import SQL_PASSWORD_ENV, SqlSettings
-from lakehouse.sql import admission, authenticator_properties, render, split_statements
+from lakehouse.spark import secret
+from lakehouse.sql import (
+    admission,
+    authenticator_properties,
+    jdbc_url,
+    render,
+    server_tls,
+    session_conf,
+    split_statements,
+)
 
 
 def test_a_script_splits_at_semicolons_outside_quotes_and_comments() -> None:
@@ -64,3 +74,36 @@ def test_a_user_is_admitted_by_the_password_the_servers_environment_holds(
         "hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator",
         "lakehouse.sql.user": "analyst",
     }
+
+
+def test_statements_reach_the_guard_as_written_and_never_as_a_script() -> None:
+    conf = session_conf(allow_writes=False, sql=_sql())
+    assert conf["spark.lakehouse.sql.readOnly"] == "true"
+    assert conf["spark.sql.variable.substitute"] == "false"
+    assert conf["spark.sql.scripting.enabled"] == "false"
+    assert "lakehouse.sql.ReadOnlyExtension" in conf["spark.sql.extensions"]
+
+
+def test_beyond_loopback_the_server_speaks_tls_with_a_key_made_at_its_first_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(SQL_PASSWORD_ENV, "never a property")
+    open_to_all = _sql(host="0.0.0.0", user="analyst")
+    assert server_tls(_sql(), tmp_path) is None
+
+    tls = server_tls(open_to_all, tmp_path)
+    again = server_tls(open_to_all, tmp_path)
+    conf = session_conf(allow_writes=False, sql=open_to_all, server_port=10000, tls=tls)
+
+    assert tls is not None and again is not None and again.password() == tls.password()
+    assert (tls.folder.stat().st_mode & 0o777) == 0o700
+    assert tls.keystore.exists() and tls.truststore.exists()
+    assert tls.ca_file.read_text().startswith("-----BEGIN CERTIFICATE-----")
+    assert conf["spark.hadoop.hive.server2.use.SSL"] == "true"
+    assert conf["spark.hadoop.hive.server2.keystore.path"] == str(tls.keystore)
+    password = "spark.hadoop.hive.server2.keystore.password"
+    assert conf[password] == tls.password() and secret(password, conf[password])
+    assert jdbc_url("db.example", 10000, tls) == (
+        f"jdbc:hive2://db.example:10000/gold;ssl=true;sslTrustStore={tls.truststore};"
+        "trustStorePassword=lakehouse-ca"
+    )

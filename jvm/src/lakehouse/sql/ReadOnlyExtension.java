@@ -86,21 +86,6 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
     return new UnsupportedOperationException("read-only: " + refusal);
   }
 
-  /**
-   * The refusal of one statement of SQL text, or null: the text, the session it runs in and
-   * its analyzed plan. For tests and tools: judges without running anything.
-   */
-  public static String judge(SparkSession session, String sqlText) {
-    try {
-      new Parser(session, session.sessionState().sqlParser()).judged(sqlText, null);
-      return null;
-    } catch (UnsupportedOperationException refused) {
-      return refused.getMessage().substring("read-only: ".length());
-    } catch (ParseException error) {
-      return error.getMessage();
-    }
-  }
-
   /** Spark's (and Delta's) parser, judging each statement parsed from SQL text. */
   static final class Parser implements ParserInterface {
     private final SparkSession session;
@@ -111,7 +96,8 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
       this.parser = parser;
     }
 
-    LogicalPlan judged(String sqlText, ParameterContext parameters) throws ParseException {
+    private LogicalPlan judged(String sqlText, ParameterContext parameters)
+        throws ParseException {
       if (!on(session)) {
         return parameters == null ? parser.parsePlan(sqlText)
             : parser.parsePlanWithParameters(sqlText, parameters);
