@@ -89,6 +89,7 @@ HOSTILE = [
     ("USE default", f"the database default {OUTSIDE}"),
     ("SHOW TABLES IN default", OUTSIDE),
     ("SELECT * FROM default.outside", OUTSIDE),
+    ("SELECT * FROM gold.plain", "a parquet table, not one of the lake's Delta tables"),
     # writes and DDL
     ("INSERT INTO gold.sensor_daily SELECT * FROM gold.sensor_daily", f"INSERT INTO .*{WRITES}"),
     ("DELETE FROM gold.sensor_daily", f"DELETE (DeleteCommand) {WRITES}"),
@@ -113,12 +114,15 @@ HOSTILE = [
     ("SET spark.sql.variable.substitute=true", "SET spark.sql.variable.substitute is refused"),
     ("SET spark.sql.thriftServer.queryTimeout=0", "is refused: downstream SQL may set only"),
     ("SET spark.lakehouse.sql.readOnly=false", "is refused"),
+    ("RESET", f"RESET (ResetCommand) {WRITES}"),
+    ("DECLARE VARIABLE v STRING DEFAULT 'x'", WRITES),
     # memory
     ("SELECT size(sequence(1, 500000000))", f"sequence is refused: .*500,000,000.*{MEMORY}"),
     ("SELECT repeat('x', 2000000000)", f"repeat is refused: .*{MEMORY}"),
     ("SELECT array_repeat('x', 2000000000)", MEMORY),
     ("SELECT explode(sequence(1, id)) FROM range(10)", "sequence with bounds from columns"),
     ("SELECT transform(sequence(1, 1000), x -> repeat('x', 1000000))", "in one expression"),
+    ("SELECT transform(array(1, 2), x -> repeat('x', 10))", "inside a lambda function"),
     ("SELECT /*+ BROADCAST(r) */ * FROM range(10) r JOIN range(10) q USING (id)", "ResolvedHint"),
 ]
 """Each statement and (a regular expression of) its one-line refusal after `read-only: `."""
@@ -136,6 +140,10 @@ ALLOWED = [
     "SELECT date_trunc('day', hour), coalesce(sensor_id, '?'), nullif(updates, 0), "
     "hour + INTERVAL 1 HOUR, explode(sequence(1, 3)), current_user() FROM gold.sensor_hourly",
     "SELECT * FROM range(3)",
+    "SELECT sensor_id, sum(updates) FROM gold.sensor_daily GROUP BY ROLLUP (sensor_id)",
+    "SELECT n FROM gold.sensor_daily d JOIN LATERAL (SELECT d.updates + 1 AS n)",
+    "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
+    "SELECT * FROM gold.sensor_daily TABLESAMPLE (50 PERCENT)",
     "DESCRIBE TABLE EXTENDED gold.sensor_hourly",
     "DESCRIBE HISTORY gold.sensor_hourly",
     "SHOW TABLES IN gold",
@@ -149,6 +157,8 @@ ALLOWED = [
     "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
     "SELECT count(*) FROM busy",
     "SELECT count(*) FROM gold.busy_hours",
+    "SHOW DATABASES LIKE 'g*'",
+    "DROP VIEW busy",
 ]
 
 
@@ -185,9 +195,11 @@ def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     env["PROBE_SECRET"] = PROBE
     spark.sql("CREATE OR REPLACE VIEW gold.busy_hours AS SELECT * FROM gold.sensor_hourly")
     spark.sql("CREATE OR REPLACE VIEW gold.leak AS SELECT * FROM text.`/etc/hostname`")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS gold.plain (id INT) USING parquet LOCATION '{root}/p'")
     yield Lake(s, env, s.storage.table_uri("gold.sensor_daily"), between)
     for view in ("busy_hours", "leak", "quiet_hours"):
         spark.sql(f"DROP VIEW IF EXISTS gold.{view}")
+    spark.sql("DROP TABLE IF EXISTS gold.plain")
 
 
 def corpus(lake: Lake) -> tuple[list[str], list[tuple[str, str]]]:
