@@ -336,7 +336,29 @@ class FreshnessRule:
 
 
 @dataclass(frozen=True)
+class KafkaLagRule:
+    """How far bronze may be behind the broker, per topic, before `lakehouse status` warns
+    or errs: in records not read, and in how long the oldest of them has waited."""
+
+    warn_records: Annotated[int, NotNegative]
+    error_records: Annotated[int, NotNegative]
+    warn_seconds: Annotated[float, NotNegative]
+    error_seconds: Annotated[float, NotNegative]
+
+
+@dataclass(frozen=True)
+class StallRule:
+    """How long a stream may go without a batch while its input waits (Kafka records bronze
+    has not read, versions silver has not read) before `lakehouse status` warns or errs."""
+
+    warn_after_seconds: Annotated[float, NotNegative]
+    error_after_seconds: Annotated[float, NotNegative]
+
+
+@dataclass(frozen=True)
 class StatusSettings:
+    kafka_lag: KafkaLagRule
+    stalled: StallRule
     freshness: list[FreshnessRule]
 
 

@@ -5,19 +5,22 @@ the same whether the streams run or not:
 - each stream's last batch, from its progress table (`ops.progress`);
 - Kafka lag per partition: the broker's end offsets minus the offsets of bronze's last
   committed batch in its checkpoint (Spark commits no consumer-group offsets, so Kafka's
-  own tools see none);
+  own tools see none), and how long the oldest record bronze has not read has waited;
+  per topic, by the rule `status.kafka_lag`;
+- a stream stalled: no batch for longer than `status.stalled` allows while its input waits;
 - how far each incremental reader is behind what it reads: the silver stream behind
   bronze, each gold model behind its inputs, in versions and in rows;
 - freshness: each table's newest Kafka timestamp or event time against the wall clock,
-  by the rules of `status.freshness`: 0 all fresh, 1 a warning, 2 an error (the exit code).
+  by the rules of `status.freshness`.
+The worst level found is the exit code: 0 all well, 1 a warning, 2 an error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -26,8 +29,8 @@ from bronze import kafka_changes
 from lakehouse import catalog, positions, progress
 from lakehouse.console import duration, size
 from lakehouse.positions import Reader
-from lakehouse.services.kafka import watermarks
-from lakehouse.settings import FreshnessRule, Settings
+from lakehouse.services.kafka import record_times, watermarks
+from lakehouse.settings import FreshnessRule, KafkaLagRule, Settings, StallRule
 
 Level = Literal["ok", "warn", "error"]
 LEVELS: tuple[Level, ...] = ("ok", "warn", "error")
@@ -59,6 +62,38 @@ class PartitionLag:
     read_to: int | None
     """The next offset bronze reads; None if bronze has read nothing of it yet."""
     lag: int
+    oldest_unread: datetime | None = None
+    """The Kafka timestamp of the first record bronze has not read, where it lags."""
+
+    @property
+    def next_offset(self) -> int:
+        """The offset of the first record bronze has not read."""
+        return self.end_offset - self.lag
+
+
+@dataclass(frozen=True)
+class TopicLag:
+    """Bronze behind the broker on one topic, its partitions summed."""
+
+    topic: str
+    partitions: int
+    lag: int
+    seconds_behind: float
+    """How long the oldest record bronze has not read has waited (0 when none waits)."""
+    lagging: list[PartitionLag]
+    level: Level
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A stream with input waiting and no batch for longer than `status.stalled` allows."""
+
+    stream: str
+    waiting: str
+    """What waits for it: Kafka records, or rows of versions of its input table."""
+    seconds_since_batch: float | None
+    """None: it never recorded a batch."""
+    level: Level
 
 
 @dataclass(frozen=True)
@@ -79,10 +114,24 @@ class Freshness:
     level: Level
 
 
+class StreamInput(Protocol):
+    """A stream of the pipeline as status needs it: its layer (its progress node), what it
+    reads (`kafka`, or a table) and its checkpoint."""
+
+    @property
+    def layer(self) -> str: ...
+    @property
+    def reads(self) -> str: ...
+    @property
+    def checkpoint(self) -> str: ...
+
+
 @dataclass
 class Status:
     streams: list[StreamState] = field(default_factory=list)
     kafka: list[PartitionLag] = field(default_factory=list)
+    topics: list[TopicLag] = field(default_factory=list)
+    stalls: list[Stall] = field(default_factory=list)
     kafka_error: str | None = None
     readers: list[ReaderLag] = field(default_factory=list)
     freshness: list[Freshness] = field(default_factory=list)
@@ -92,6 +141,7 @@ class Status:
     @property
     def level(self) -> Level:
         found = [f.level for f in self.freshness] + (["error"] if self.kafka_error else [])
+        found += [t.level for t in self.topics] + [s.level for s in self.stalls]
         return max(found, key=LEVELS.index, default="ok")
 
     @property
@@ -105,23 +155,43 @@ class Status:
 def status(
     spark: SparkSession,
     settings: Settings,
-    bronze_checkpoint: str,
+    streams: Sequence[StreamInput],
     readers: Sequence[Reader],
     now: datetime | None = None,
 ) -> Status:
-    """The pipeline's status as of `now`; `bronze_checkpoint` is the Kafka stream's."""
+    """The pipeline's status as of `now`."""
     now = now or datetime.now(UTC)
+    rules = settings.status
     found = Status(streams=stream_states(spark, settings, now))
-    try:
-        ends = watermarks(settings)
-    except Exception as error:  # a broker down is part of the answer, not a crash
-        found.kafka_error = str(error).splitlines()[0]
-    else:
-        read = positions.kafka_offsets(spark, settings.storage.checkpoint_uri(bronze_checkpoint))
-        found.kafka = kafka_lag(ends, read)
-    found.kafka_changes = kafka_changes.history(spark, settings)
+    waiting: dict[str, str] = {}
     found.readers = readers_behind(spark, settings, readers)
-    found.freshness = [freshness(spark, settings, rule, now) for rule in settings.status.freshness]
+    for stream in streams:
+        if stream.reads != "kafka":
+            of_stream = {r.name for r in readers if r.checkpoint == stream.checkpoint}
+            behind = [r for r in found.readers if r.reader in of_stream and r.rows_behind]
+            if behind:
+                waiting[stream.layer] = f"{sum(r.rows_behind for r in behind):,} rows of " + (
+                    ", ".join(sorted({r.table for r in behind}))
+                )
+            continue
+        try:
+            ends = watermarks(settings)
+            read = positions.kafka_offsets(
+                spark, settings.storage.checkpoint_uri(stream.checkpoint)
+            )
+            lags = kafka_lag(ends, read)
+            first_unread = {(p.topic, p.partition): p.next_offset for p in lags if p.lag}
+            lags = with_times(lags, record_times(settings, first_unread))
+        except Exception as error:  # a broker down is part of the answer, not a crash
+            found.kafka_error = str(error).splitlines()[0]
+            continue
+        found.kafka = lags
+        found.topics = topic_lags(lags, rules.kafka_lag, now)
+        if any(p.lag for p in lags):
+            waiting[stream.layer] = f"{sum(p.lag for p in lags):,} Kafka records"
+    found.stalls = stalls(found.streams, waiting, rules.stalled)
+    found.kafka_changes = kafka_changes.history(spark, settings)
+    found.freshness = [freshness(spark, settings, rule, now) for rule in rules.freshness]
     return found
 
 
@@ -172,6 +242,65 @@ def kafka_lag(
         lag = end - (earliest if read_to is None else read_to)
         lags.append(PartitionLag(topic, partition, end, read_to, max(0, lag)))
     return lags
+
+
+def with_times(
+    lags: Sequence[PartitionLag], times: Mapping[tuple[str, int], datetime]
+) -> list[PartitionLag]:
+    return [replace(p, oldest_unread=times.get((p.topic, p.partition))) for p in lags]
+
+
+def topic_lags(
+    partitions: Sequence[PartitionLag], rule: KafkaLagRule, now: datetime
+) -> list[TopicLag]:
+    """Per topic: the records bronze has not read, how long the oldest of them waited, and
+    its level by `rule` (the worse of the two)."""
+    topics: dict[str, list[PartitionLag]] = {}
+    for p in partitions:
+        topics.setdefault(p.topic, []).append(p)
+    found = []
+    for topic, parts in sorted(topics.items()):
+        lagging = [p for p in parts if p.lag]
+        waited = [(now - p.oldest_unread).total_seconds() for p in lagging if p.oldest_unread]
+        records, seconds = sum(p.lag for p in parts), max([0.0, *waited])
+        level = max(
+            (
+                _level(records, rule.warn_records, rule.error_records),
+                _level(seconds, rule.warn_seconds, rule.error_seconds),
+            ),
+            key=LEVELS.index,
+        )
+        found.append(TopicLag(topic, len(parts), records, seconds, lagging, level))
+    return found
+
+
+def stalls(
+    streams: Sequence[StreamState], waiting: Mapping[str, str], rule: StallRule
+) -> list[Stall]:
+    """The streams whose input waits (`waiting`: stream -> what waits) and whose last batch
+    is older than `rule` allows; one that never ran a batch warns (how long its input has
+    waited is not known)."""
+    last = {s.node: s.seconds_ago for s in streams}
+    found = []
+    for stream, what in sorted(waiting.items()):
+        since = last.get(stream)
+        level = (
+            "warn"
+            if since is None
+            else _level(since, rule.warn_after_seconds, rule.error_after_seconds)
+        )
+        if level != "ok":
+            found.append(Stall(stream, what, since, level))
+    return found
+
+
+def _level(value: float, warn: float, error: float) -> Level:
+    """Past `error` an error, past `warn` a warning."""
+    if value > error:
+        return "error"
+    if value > warn:
+        return "warn"
+    return "ok"
 
 
 def readers_behind(
@@ -236,15 +365,12 @@ def freshness(
 
 
 def level_of(age_seconds: float, rule: FreshnessRule) -> Level:
-    if age_seconds > rule.error_after_seconds:
-        return "error"
-    if age_seconds > rule.warn_after_seconds:
-        return "warn"
-    return "ok"
+    return _level(age_seconds, rule.warn_after_seconds, rule.error_after_seconds)
 
 
-def lines(found: Status) -> list[str]:
-    """The status as a person reads it."""
+def lines(found: Status, partitions: bool = False) -> list[str]:
+    """The status as a person reads it: Kafka lag by topic with the partitions that lag,
+    or every partition with `partitions`."""
     out = ["streams:"]
     for s in found.streams:
         arrived, processed = s.input_rows_per_second, s.processed_rows_per_second
@@ -258,16 +384,32 @@ def lines(found: Status) -> list[str]:
         )
     if not found.streams:
         out.append("  no batch recorded yet")
+    for stall in found.stalls:
+        since = (
+            "never ran a batch"
+            if stall.seconds_since_batch is None
+            else f"no batch for {duration(stall.seconds_since_batch)}"
+        )
+        out.append(
+            f"  {stall.level.upper():<5} {stall.stream} stalled: {since}, {stall.waiting} wait"
+        )
     if found.kafka_error:
         out.append(f"kafka lag: ERROR {found.kafka_error}")
     else:
-        total = sum(p.lag for p in found.kafka)
+        total = sum(t.lag for t in found.topics)
         out.append(f"kafka lag (bronze behind the broker): {total:,} records")
-        out += [
-            f"  {p.topic}/{p.partition:<4} {p.lag:>10,}  (end {p.end_offset:,}, "
-            f"read to {'nothing yet' if p.read_to is None else f'{p.read_to:,}'})"
-            for p in found.kafka
-        ]
+        for t in found.topics:
+            waited = f", the oldest waiting {duration(t.seconds_behind)}" if t.lag else ""
+            shown = t.lagging if not partitions else [p for p in found.kafka if p.topic == t.topic]
+            out.append(
+                f"  {t.level.upper():<5} {t.topic:<28} {t.lag:>10,} records{waited} "
+                f"({len(t.lagging)} of {t.partitions} partitions behind)"
+            )
+            out += [
+                f"          {p.partition:<4} {p.lag:>10,}  (end {p.end_offset:,}, "
+                f"read to {'nothing yet' if p.read_to is None else f'{p.read_to:,}'})"
+                for p in shown
+            ]
     if found.kafka_changes:
         out.append(f"kafka changes accepted ({kafka_changes.NAME}), the latest first:")
         out += [

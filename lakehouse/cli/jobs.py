@@ -76,14 +76,22 @@ def add_commands(commands: Any) -> None:
         help="is the pipeline keeping up, is its data fresh? (exit 0 ok, 1 warn, 2 error)",
         description="Read from storage and the broker, so it answers whether the streams run "
         "or not: each stream's last batch (when, rows, rates, duration, state size) from "
-        "ops.progress; Kafka lag per topic and partition (the broker's end offsets minus "
-        "the offsets in bronze's checkpoint); how far silver is behind bronze and each gold "
-        "model behind its inputs, in versions and rows; and each table's freshness, its "
-        "newest Kafka timestamp or event time against the rules of status.freshness in conf. "
-        "Exits 0 when everything is fresh, 1 on a warning, 2 on an error (a stale or missing "
-        "table, an unreachable broker), for cron and alerting.",
+        "ops.progress; Kafka lag per topic, in records and in how long the oldest unread "
+        "record waited (the broker's end offsets minus the offsets in bronze's checkpoint), "
+        "with the partitions that lag; a stream stalled, with input waiting and no batch for "
+        "too long; how far silver is behind bronze and each gold model behind its inputs, in "
+        "versions and rows; and each table's freshness, its newest Kafka timestamp or event "
+        "time against the clock. Each is judged by its rule in conf (status.kafka_lag, "
+        "status.stalled, status.freshness). Exits 0 when all is well, 1 on a warning, 2 on an "
+        "error (a rule's error bound passed, a missing table, an unreachable broker), for "
+        "cron and alerting.",
     )
     status.add_argument("--json", action="store_true", help="print one JSON document instead")
+    status.add_argument(
+        "--partitions",
+        action="store_true",
+        help="list every Kafka partition under its topic, not only those bronze is behind on",
+    )
     status.set_defaults(handler=run_status)
 
     inspect = commands.add_parser(
@@ -229,14 +237,14 @@ def run_status(args: argparse.Namespace) -> int:
 
     settings, spark = spark_for(args, "status")
     try:
-        found = status(spark, settings, pipeline.STREAMS["bronze"].checkpoint, pipeline.READERS)
+        found = status(spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS)
     except Exception as error:  # not knowing is an error to whoever alerts on the exit code
         echo(f"lakehouse: error: status unknown: {explain(error)}", err=True)
         return 2
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
     else:
-        for line in lines(found):
+        for line in lines(found, args.partitions):
             echo(line)
     return found.exit_code
 

@@ -15,7 +15,10 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -323,24 +326,10 @@ def _topics(consumer: Any, refused: list[str], where: str, timeout_s: float = 10
 def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (earliest, end) offsets in the broker, for every topic of the
     sensors' pattern."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    refused: list[str] = []
-
-    def note(error: KafkaError) -> None:
-        if error.code() == KafkaError._AUTHENTICATION:
-            refused.append(error.str())
-
-    config = {
-        **client_options(settings.kafka),
-        "bootstrap.servers": resolve_bootstrap(settings),
-        "group.id": "lakehouse-watermarks",  # never joins or commits: only asks for offsets
-        "error_cb": note,
-        "log_level": 0,  # what goes wrong is raised here, in a line, not printed by librdkafka
-    }
-    consumer = Consumer(config)
-    try:
-        topics = _topics(consumer, refused, str(config["bootstrap.servers"]))
+    with _reader(settings, "lakehouse-watermarks") as (consumer, refused, where):
+        topics = _topics(consumer, refused, where)
         pattern = re.compile(settings.kafka.topic_pattern)
         ends = {}
         for topic, meta in sorted(topics.items()):
@@ -351,5 +340,55 @@ def watermarks(settings: Settings) -> dict[tuple[str, int], tuple[int, int]]:
                     TopicPartition(topic, partition), timeout=10
                 )
         return ends
+
+
+def record_times(
+    settings: Settings, offsets: Mapping[tuple[str, int], int], timeout_s: float = 10.0
+) -> dict[tuple[str, int], datetime]:
+    """(topic, partition) -> the Kafka timestamp of the record at its offset in `offsets`,
+    for those the broker holds: how long the oldest record a reader has not read waited."""
+    from confluent_kafka import TopicPartition
+
+    found: dict[tuple[str, int], datetime] = {}
+    if not offsets:
+        return found
+    with _reader(settings, "lakehouse-record-times") as (consumer, refused, where):
+        _topics(consumer, refused, where)
+        consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in offsets.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(found) < len(offsets) and time.monotonic() < deadline:
+            record = consumer.poll(0.5)
+            if record is None or record.error():
+                continue
+            key = (record.topic(), record.partition())
+            if key not in found:
+                found[key] = datetime.fromtimestamp(record.timestamp()[1] / 1000, UTC)
+                consumer.pause([TopicPartition(*key)])
+    return found
+
+
+@contextmanager
+def _reader(settings: Settings, group: str) -> Iterator[tuple[Any, list[str], str]]:
+    """A consumer of the broker that never joins its group or commits, the refusals of its
+    credentials as they come, and the address it reaches."""
+    from confluent_kafka import Consumer, KafkaError
+
+    refused: list[str] = []
+
+    def note(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refused.append(error.str())
+
+    config = {
+        **client_options(settings.kafka),
+        "bootstrap.servers": resolve_bootstrap(settings),
+        "group.id": group,
+        "enable.auto.commit": False,
+        "error_cb": note,
+        "log_level": 0,  # what goes wrong is raised here, in a line, not printed by librdkafka
+    }
+    consumer = Consumer(config)
+    try:
+        yield consumer, refused, str(config["bootstrap.servers"])
     finally:
         consumer.close()

@@ -70,8 +70,17 @@ def cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.Com
     return result
 
 
+LAG_WARNS = {
+    # any record bronze has not read warns, and so does a stream with input waiting
+    "LAKEHOUSE__STATUS__KAFKA_LAG__WARN_RECORDS": "0",
+    "LAKEHOUSE__STATUS__KAFKA_LAG__ERROR_RECORDS": "1000000",
+    "LAKEHOUSE__STATUS__STALLED__WARN_AFTER_SECONDS": "0",
+    "LAKEHOUSE__STATUS__STALLED__ERROR_AFTER_SECONDS": "3600",
+}
+
+
 def status(env: dict[str, str], warn: float, error: float) -> tuple[int, dict[str, Any]]:
-    rules = {"LAKEHOUSE__STATUS__FRESHNESS": freshness_rule(warn, error)}
+    rules = {"LAKEHOUSE__STATUS__FRESHNESS": freshness_rule(warn, error), **LAG_WARNS}
     result = cli("status", "--json", env={**env, **rules}, timeout=180)
     assert result.returncode in (0, 1, 2), result.stderr[-3000:]
     document = result.stdout[result.stdout.index("{") : result.stdout.rindex("}") + 1]
@@ -107,17 +116,29 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     assert found["freshness"][0]["level"] == "warn"
     (bronze,) = found["streams"]
     assert bronze["node"] == "bronze" and bronze["input_rows"] > 0
+    behind = {t["topic"]: t for t in found["topics"] if t["lag"]}
+    assert {t: v["lag"] for t, v in behind.items()} == Counter(
+        r.topic for r in generate_traffic(second)
+    )
+    assert all(t["level"] == "warn" and 0 < t["seconds_behind"] < 600 for t in behind.values())
+    lagging = {f"{p['topic']}/{p['partition']}" for t in behind.values() for p in t["lagging"]}
+    assert lagging == set(expected)
+    (stalled,) = found["stalls"]  # silver, never started here, has no position to be behind
+    assert stalled["stream"] == "bronze" and stalled["level"] == "warn"
+    assert stalled["seconds_since_batch"] > 0
+    assert stalled["waiting"] == f"{sum(expected.values()):,} Kafka records"
 
     caught_up = cli("run", "bronze", env=env)
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]
     code, found = status(env, warn=0, error=0)  # ... and past error_after
     assert [p["lag"] for p in found["kafka"]] == [0] * len(found["kafka"])
+    assert {t["level"] for t in found["topics"]} == {"ok"} and found["stalls"] == []
     assert code == 2 and found["freshness"][0]["level"] == "error"
     # the newest record is seconds old: rules of an hour hold it fresh (exit 0)
     hourly = settings_for(
         root, kafka_bootstrap, PREFIX, status__freshness=freshness_rule(3600, 7200)
     )
-    fresh = lakehouse_status(spark, hourly, STREAMS["bronze"].checkpoint, READERS)
+    fresh = lakehouse_status(spark, hourly, list(STREAMS.values()), READERS)
     assert fresh.exit_code == 0 and fresh.freshness[0].age_seconds < 600
 
     # what status read is what the batches recorded: every record, once, in ops.progress

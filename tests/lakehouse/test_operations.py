@@ -3,15 +3,28 @@ metrics it feeds, Kafka lag, commit metrics and freshness levels."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from lakehouse import metrics
 from lakehouse.console import duration, size
 from lakehouse.delta import Txn
 from lakehouse.execution import NodeResult
 from lakehouse.progress import Recorder, batch_row, node_row
-from lakehouse.settings import FreshnessRule
-from lakehouse.status import Status, changed_rows, kafka_lag, level_of, lines
+from lakehouse.settings import FreshnessRule, KafkaLagRule, StallRule
+from lakehouse.status import (
+    Freshness,
+    PartitionLag,
+    Stall,
+    Status,
+    StreamState,
+    changed_rows,
+    kafka_lag,
+    level_of,
+    lines,
+    stalls,
+    topic_lags,
+    with_times,
+)
 
 # As Spark's StreamingQueryProgress.json has it for a Kafka source with a state operator.
 PROGRESS = {
@@ -186,3 +199,87 @@ def test_status_lists_the_kafka_changes_accepted_with_who_and_when() -> None:
     ) in said
     # Accepted changes are a record, not a fault: the level stays ok.
     assert Status(kafka_changes=[accepted]).exit_code == 0
+
+
+NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+LAG_RULE = KafkaLagRule(warn_records=100, error_records=1000, warn_seconds=60, error_seconds=600)
+
+
+def lagging(topic: str, partition: int, lag: int, waited_s: float | None) -> PartitionLag:
+    oldest = None if waited_s is None else NOW - timedelta(seconds=waited_s)
+    return PartitionLag(topic, partition, 5000, 5000 - lag, lag, oldest)
+
+
+def test_kafka_lag_per_topic_is_judged_by_records_and_by_how_long_the_oldest_waited() -> None:
+    lags = [
+        lagging("s.calm", 0, 0, None),
+        lagging("s.calm", 1, 50, 10),
+        lagging("s.many", 0, 600, 5),
+        lagging("s.many", 1, 600, 20),  # 1,200 records in all: past error_records
+        lagging("s.old", 0, 3, 61),  # few records, but the oldest waited past warn_seconds
+        lagging("s.old", 1, 0, None),
+    ]
+
+    topics = {t.topic: t for t in topic_lags(lags, LAG_RULE, NOW)}
+
+    assert {name: (t.lag, t.level) for name, t in topics.items()} == {
+        "s.calm": (50, "ok"),
+        "s.many": (1200, "error"),
+        "s.old": (3, "warn"),
+    }
+    assert topics["s.many"].seconds_behind == 20.0
+    assert [(p.partition, p.lag) for p in topics["s.old"].lagging] == [(0, 3)]
+    assert topics["s.old"].partitions == 2
+
+
+def test_the_oldest_unread_record_times_its_partition_and_none_is_no_wait() -> None:
+    (read, unread) = kafka_lag({("s.a", 0): (0, 10), ("s.a", 1): (0, 10)}, {("s.a", 0): 10})
+    timed = with_times([read, unread], {("s.a", 1): NOW - timedelta(seconds=30)})
+    (topic,) = topic_lags(timed, LAG_RULE, NOW)
+    assert unread.next_offset == 0 and topic.seconds_behind == 30.0 and topic.lag == 10
+
+
+def state(node: str, seconds_ago: float) -> StreamState:
+    ended = NOW - timedelta(seconds=seconds_ago)
+    return StreamState(node, 3, ended, seconds_ago, 10, 1.0, 1.0, 1.0, None, None)
+
+
+def test_a_stream_stalls_only_while_its_input_waits_and_never_having_run_warns() -> None:
+    rule = StallRule(warn_after_seconds=60, error_after_seconds=600)
+    streams = [state("bronze", 30), state("silver", 120), state("gold", 9999)]
+    waiting = {"bronze": "5 Kafka records", "silver": "40 rows of bronze.sensor_records"}
+
+    found = stalls(streams, {**waiting, "late": "1 Kafka records"}, rule)
+
+    # bronze ran 30 s ago (fine); gold is idle with nothing waiting (fine)
+    assert found == [
+        Stall("late", "1 Kafka records", None, "warn"),
+        Stall("silver", "40 rows of bronze.sensor_records", 120, "warn"),
+    ]
+    assert [s.level for s in stalls([state("silver", 601)], {"silver": "1 row"}, rule)] == ["error"]
+
+
+def test_the_exit_code_is_the_worst_of_lag_stalls_and_freshness() -> None:
+    (warned,) = topic_lags([lagging("s.a", 0, 200, 1)], LAG_RULE, NOW)
+    fresh = Freshness("bronze.sensor_records", "kafka_timestamp", NOW, 1.0, "ok")
+    stall = Stall("silver", "40 rows of bronze.sensor_records", 900, "error")
+    assert Status(freshness=[fresh]).exit_code == 0
+    assert Status(topics=[warned], freshness=[fresh]).exit_code == 1
+    assert Status(topics=[warned], stalls=[stall], freshness=[fresh]).exit_code == 2
+
+
+def test_status_shows_a_line_per_topic_and_the_partitions_behind_or_all_when_asked() -> None:
+    lags = [lagging("s.a", 0, 0, None), lagging("s.a", 1, 200, 90), lagging("s.b", 0, 0, None)]
+    found = Status(kafka=lags, topics=topic_lags(lags, LAG_RULE, NOW))
+
+    short, every = lines(found), lines(found, partitions=True)
+
+    kafka = short[short.index("kafka lag (bronze behind the broker): 200 records") + 1 :]
+    assert kafka[:3] == [
+        "  WARN  s.a                                 200 records, the oldest waiting 1m 30s "
+        "(1 of 2 partitions behind)",
+        "          1           200  (end 5,000, read to 4,800)",
+        "  OK    s.b                                   0 records (0 of 1 partitions behind)",
+    ]
+    assert "          0             0  (end 5,000, read to 5,000)" in every
+    assert len(every) == len(short) + 2
