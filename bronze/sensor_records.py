@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from bronze import kafka_changes
 from lakehouse import catalog, delta, lease, positions, progress
 from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError, topics_gone
+from lakehouse.errors import LakehouseError, offsets_lost, topics_gone
 from lakehouse.quality import gates, store
 from lakehouse.services.kafka import (
     check_reachable,
@@ -169,7 +169,7 @@ def run(
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
         kafka_changes.finish(spark, settings, checkpoint)
         topics = kafka_changes.topics(spark, settings)
-        refuse_topics_gone(spark, settings, checkpoint)
+        refuse_kafka_losses(spark, settings, checkpoint)
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
@@ -194,15 +194,23 @@ def run(
         )
 
 
-def refuse_topics_gone(spark: SparkSession, settings: Settings, checkpoint: str) -> None:
-    """Refuse to start where a topic bronze stands in, or its unfinished batch reads, is
-    gone from Kafka: Spark would wait out its poll timeout on each of its partitions."""
+def refuse_kafka_losses(spark: SparkSession, settings: Settings, checkpoint: str) -> None:
+    """Refuse to start where Kafka lost what bronze has not read yet, named from the broker:
+    a topic bronze stands in, or its unfinished batch reads, that is gone (Spark would wait
+    out its poll timeout on each of its partitions), or offsets from where bronze stands up
+    to Kafka's earliest (Spark names the range of the batch it planned, which may reach
+    records Kafka still holds)."""
     stands = positions.kafka_checkpoint(spark, checkpoint)
     if stands is None:
         return
+    kafka = watermarks(settings)
     read = {topic for topic, _ in (*stands.position, *(stands.planned or {}))}
-    if gone := sorted(read - {topic for topic, _ in watermarks(settings)}):
+    if gone := sorted(read - {topic for topic, _ in kafka}):
         raise LakehouseError(topics_gone(gone))
+    for (topic, partition), next_offset in sorted(stands.position.items()):
+        earliest, _ = kafka.get((topic, partition), (0, 0))
+        if next_offset < earliest:
+            raise LakehouseError(offsets_lost(topic, partition, next_offset, earliest))
 
 
 def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:

@@ -297,7 +297,12 @@ def _kafka_data_loss(chain: list[Thrown], _checkpoint: str) -> str | None:
             "or the topic was deleted); nothing was skipped. Spark said: "
             + first_line(found.message)
         )
-    topic, partition, first, after = named
+    return offsets_lost(*named)
+
+
+def offsets_lost(topic: str, partition: int, first: int, after: int | None) -> str:
+    """The line for offsets `first`..`after` - 1 of a partition that Kafka no longer holds
+    and a stream has not read (`after` None: not known where they end)."""
     missing = (
         f"offsets {first:,}..{after - 1:,}" if after is not None else f"offsets from {first:,}"
     )

@@ -160,14 +160,18 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     topic = f"{prefix}sensor-001"
     first_ends = end_offsets(kafka_bootstrap, topic)
     produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
-    ends = [TopicPartition(topic, p, end) for p, end in end_offsets(kafka_bootstrap, topic).items()]
+    # As retention would: the older half of the records bronze has not read are gone.
+    ends = [
+        TopicPartition(topic, p, (first_ends[p] + end) // 2)
+        for p, end in end_offsets(kafka_bootstrap, topic).items()
+    ]
     for future in admin.delete_records(ends).values():
-        future.result()  # as retention would: the unread records are gone
+        future.result()
 
     with pytest.raises(LakehouseError) as lost:
         sensor_records.run(spark, settings)
-    # The line names what is gone: a partition of the topic, from bronze's end to Kafka's,
-    # and the command that goes on without it.
+    # The line names exactly what is gone: a partition of the topic, from where bronze
+    # stands to Kafka's earliest offset, and the command that goes on without it.
     said = str(lost.value)
     assert any(
         f"offsets {first_ends[tp.partition]:,}..{tp.offset - 1:,} of {topic} partition "
