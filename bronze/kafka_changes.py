@@ -207,7 +207,7 @@ def accept(
     topic: str,
     partition: int | None = None,
     reason: str | None = None,
-) -> tuple[int, list[Change]]:
+) -> Accepted:
     """Accept one change (`offsets_lost` of a partition, `topic_retired`,
     `topic_recreated`): record it, then commit the batch that skips it. Run while bronze
     is stopped; on S3 its leases make sure it is. Returns the batch and what it changed."""
@@ -233,7 +233,14 @@ def accept(
                 "bronze once more first (it commits the batch without writing it again)"
             )
         delta.create(spark, TABLE, location)
-        stands = finish(spark, settings, checkpoint) or stands
+        finished = finish(spark, settings, checkpoint)
+        if finished and all(
+            c.change == change and c.topic == topic and partition in (None, c.partition)
+            for c in finished
+        ):
+            # This very change, recorded by a command cut short before its commit.
+            return Accepted(stands.committed + 1, finished, finished=True)
+        stands = positions.kafka_checkpoint(spark, checkpoint) or stands
         batch, position = stands.committed + 1, stands.position
         known = topics(spark, settings)
         incarnation = known.incarnations.get(topic, 1)
@@ -247,18 +254,26 @@ def accept(
             changes = recreated_topic(position, kafka, topic, topic in known.retired, incarnation)
         _record(spark, location, changes, batch, stands.query_id, reason)
         positions.commit_kafka_position(spark, checkpoint, moved(position, changes))
-        return batch, changes
+        return Accepted(batch, changes)
 
 
-def finish(
-    spark: SparkSession, settings: Settings, checkpoint: str
-) -> positions.KafkaCheckpoint | None:
-    """Where bronze stands, once a change recorded but not committed (its command was cut
-    short between the two) is committed too: bronze then goes on as the record says."""
+@dataclass(frozen=True)
+class Accepted:
+    """What an acceptance did: the bronze batch it made and the partitions it changed;
+    `finished`: it committed the same change, recorded by a command cut short."""
+
+    batch: int
+    changes: list[Change]
+    finished: bool = False
+
+
+def finish(spark: SparkSession, settings: Settings, checkpoint: str) -> list[Change]:
+    """The changes recorded but not committed (their command was cut short between the
+    two), committed now: bronze then goes on as the record says."""
     stands = positions.kafka_checkpoint(spark, checkpoint)
     location = settings.storage.table_uri(NAME)
     if stands is None or not catalog.is_delta(spark, location):
-        return stands
+        return []
     unfinished = (
         spark.read.format("delta")
         .load(location)
@@ -267,10 +282,9 @@ def finish(
         )
     )
     recorded = [Change(*(r[f] for f in Change.__dataclass_fields__)) for r in unfinished.collect()]
-    if not recorded:
-        return stands
-    positions.commit_kafka_position(spark, checkpoint, moved(stands.position, recorded))
-    return positions.kafka_checkpoint(spark, checkpoint)
+    if recorded:
+        positions.commit_kafka_position(spark, checkpoint, moved(stands.position, recorded))
+    return recorded
 
 
 def _record(

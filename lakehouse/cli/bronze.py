@@ -81,11 +81,17 @@ def run_accept(args: argparse.Namespace) -> None:
 
     settings, spark = spark_for(args, "bronze-accept")
     partition = getattr(args, "partition", None)
-    batch, changes = kafka_changes.accept(
+    accepted = kafka_changes.accept(
         spark, settings, args.change, args.topic, partition, args.reason
     )
-    echo(f"{kafka_changes.NAME}: accepted in bronze batch {batch}:")
-    for change in changes:
+    if accepted.finished:
+        echo(
+            f"{kafka_changes.NAME}: finished the change recorded for bronze batch "
+            f"{accepted.batch} by a command cut short; nothing more to accept:"
+        )
+    else:
+        echo(f"{kafka_changes.NAME}: accepted in bronze batch {accepted.batch}:")
+    for change in accepted.changes:
         echo(f"  {kafka_changes.describe(asdict(change))}")
 
 

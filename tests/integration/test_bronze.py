@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
 
 from bronze import kafka_changes, sensor_records
+from lakehouse import positions
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.quality import store
@@ -150,7 +151,7 @@ def test_second_run_ingests_only_new_records(
 
 
 def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
-    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = "lost.sensors."
     settings = settings_for(tmp_path, kafka_bootstrap, prefix)
@@ -189,7 +190,15 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     # Accepted, partition by partition, the loss is recorded and bronze goes on from
     # Kafka's earliest offsets with what comes after: every record exactly once.
     produce(spec(prefix, sensors=1, seed=7), kafka_bootstrap)
-    for tp in ends:
+    # The first acceptance is cut short between its record and its commit; run again, it
+    # finishes what it recorded and says so.
+    with monkeypatch.context() as cut:
+        cut.setattr(positions, "commit_kafka_position", _cut_short)
+        with pytest.raises(CutShort):
+            kafka_changes.accept(spark, settings, "offsets_lost", topic, 0, "test")
+    again = kafka_changes.accept(spark, settings, "offsets_lost", topic, 0, "test")
+    assert again.finished and [c.partition for c in again.changes] == [0]
+    for tp in ends[1:]:
         kafka_changes.accept(spark, settings, "offsets_lost", topic, tp.partition, "test")
     with pytest.raises(LakehouseError, match=f"nothing of {topic} partition 0 is lost"):
         kafka_changes.accept(spark, settings, "offsets_lost", topic, 0)
@@ -289,6 +298,14 @@ def offsets_in_kafka(bootstrap: str, topic: str, named: str | None = None) -> se
         for partition, end in end_offsets(bootstrap, topic).items()
         for offset in range(end)
     }
+
+
+class CutShort(Exception):
+    """A command killed at a chosen step."""
+
+
+def _cut_short(*_: object) -> int:
+    raise CutShort
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
