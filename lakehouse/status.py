@@ -174,12 +174,9 @@ def status(
                     ", ".join(sorted({r.table for r in behind}))
                 )
             continue
+        read = positions.kafka_offsets(spark, settings.storage.checkpoint_uri(stream.checkpoint))
         try:
-            ends = watermarks(settings)
-            read = positions.kafka_offsets(
-                spark, settings.storage.checkpoint_uri(stream.checkpoint)
-            )
-            lags = kafka_lag(ends, read)
+            lags = kafka_lag(watermarks(settings), read)
             first_unread = {(p.topic, p.partition): p.next_offset for p in lags if p.lag}
             lags = with_times(lags, record_times(settings, first_unread))
         except Exception as error:  # a broker down is part of the answer, not a crash
