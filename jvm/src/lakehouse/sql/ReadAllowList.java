@@ -106,11 +106,13 @@ final class ReadAllowList {
           "TryEval", "TypedNullLiteral", "With", "CommonExpressionDef", "CommonExpressionRef"),
       names(EXPRESSIONS + "aggregate.", "AggregateExpression", "PivotFirst"));
 
-  /** Settings `SET key=value` may change: how a query computes or shows its result. */
+  /**
+   * Settings `SET key=value` may change: how a query computes or shows its result. Not the
+   * broadcast threshold: a broadcast is built in the server, so raising it lifts a bound.
+   */
   static final Set<String> SETTABLE = Collections.unmodifiableSet(new TreeSet<>(Arrays.asList(
       "spark.sql.session.timeZone", "spark.sql.ansi.enabled", "spark.sql.shuffle.partitions",
-      "spark.sql.adaptive.enabled", "spark.sql.autoBroadcastJoinThreshold",
-      "spark.sql.legacy.timeParserPolicy", "spark.sql.caseSensitive", "spark.sql.timestampType",
+      "spark.sql.adaptive.enabled", "spark.sql.legacy.timeParserPolicy", "spark.sql.caseSensitive", "spark.sql.timestampType",
       "spark.sql.datetime.java8API.enabled", "spark.sql.decimalOperations.allowPrecisionLoss")));
 
   private static final Set<String> EXPRESSION_CLASSES;
