@@ -30,6 +30,8 @@ final class ValueBounds {
 
   static final long MAX_ELEMENTS = 1_000_000L;
   static final long MAX_CHARS = 1L << 20;
+  /** What all elements of one array may hold together, counted in characters. */
+  static final long MAX_ARRAY_CHARS = 16 * MAX_CHARS;
   /** What a string from a column is taken to hold when a count multiplies it. */
   static final long COLUMN_CHARS = 1024L;
 
@@ -100,7 +102,7 @@ final class ValueBounds {
       case "ArrayRepeat":
         String refused = atMost(name, "its count", count, MAX_ELEMENTS);
         return refused != null ? refused : atMost(name, "its count times its element's size",
-            product(count, chars(args.get(0))), MAX_CHARS * 16);
+            product(count, chars(args.get(0))), MAX_ARRAY_CHARS);
       default: // lpad, rpad, space, randstr: a length
         return atMost(name, "its length", count, MAX_CHARS);
     }
