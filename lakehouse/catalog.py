@@ -71,9 +71,18 @@ def location_of(spark: SparkSession, name: str) -> str | None:
     metastore alone, without opening the table at that location."""
     database, table = name.split(".", 1)
     metastore = _metastore(spark)
-    if not metastore.tableExists(database, table):
-        return None
-    location = metastore.getTable(database, table).location()
+    # Under the lock: another part's `register` drops a name and makes it again, and a
+    # look between the two found it gone (that stopped `run all` on a new lake). Another
+    # application may still re-point it between our two reads: then it names nothing.
+    with _DDL:
+        if not metastore.tableExists(database, table):
+            return None
+        try:
+            location = metastore.getTable(database, table).location()
+        except AnalysisException as error:
+            if error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+                return None
+            raise
     return None if location is None else str(location.toString())
 
 
@@ -132,14 +141,20 @@ def read_united(spark: SparkSession, locations: Iterable[str]) -> DataFrame | No
 def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
     """(Re)make `view` over the tables (name -> location) the catalog names at their
     location: this lake's only, never another lake's of the same name, on storage now gone."""
-    named = [name for name, location in tables.items() if names(spark, name, location)]
-    union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
-    with _DDL:
-        try:
-            spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
-        except AnalysisException as error:
-            # Another application (bronze and silver start side by side) made the view
-            # between Spark's look for it and its create: replacing it now alters that one.
-            if "ALREADY_EXISTS" not in str(error):
-                raise
-            spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+    for attempt in range(_VIEW_ATTEMPTS):
+        with _DDL:  # no part of this application re-points a name while the view is made
+            named = [name for name, location in tables.items() if names(spark, name, location)]
+            union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
+            try:
+                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+                return
+            except AnalysisException as error:
+                # Another application made the view between Spark's look for it and its
+                # create (bronze and silver start side by side), or re-pointed one of its
+                # tables between our look and the create: look again and make it again.
+                if error.getCondition() not in _RACES or attempt == _VIEW_ATTEMPTS - 1:
+                    raise
+
+
+_VIEW_ATTEMPTS = 3
+_RACES = ("TABLE_OR_VIEW_ALREADY_EXISTS", "TABLE_OR_VIEW_NOT_FOUND")
