@@ -77,15 +77,20 @@ def supervise(
         while not stop.is_set():
             try:
                 part.run(stop)
-                return  # stopped
+                if stop.is_set():
+                    return  # stopped
+                failed: Exception = EndedEarly(
+                    "ended while the pipeline runs (its query stopped from outside?)"
+                )
             except Exception as error:
                 failed = error
             line = str(failed) if isinstance(failed, LakehouseError) else explain(failed)
-            wait = budget.next_wait(time.monotonic()) if transient(failed) else None
+            again = transient(failed) or isinstance(failed, EndedEarly)
+            wait = budget.next_wait(time.monotonic()) if again else None
             if stop.is_set() and wait is not None:
                 return  # a transient failure while stopping: nothing to restart
             if wait is None:
-                if transient(failed):
+                if again:
                     line = (
                         f"gave up after {budget.spent} restarts within "
                         f"{settings.window_seconds:.0f}s: {line}"
@@ -111,6 +116,11 @@ def supervise(
         while thread.is_alive():
             thread.join(0.5)  # the main thread stays free to take SIGINT and SIGTERM
     return failures[0] if failures else None
+
+
+class EndedEarly(LakehouseError):
+    """A part returned without an error while nothing stopped it: restarted like a service
+    that did not answer, never left ended while the others go on."""
 
 
 def every(seconds: float, run: Callable[[], None]) -> Callable[[threading.Event], None]:

@@ -92,3 +92,30 @@ def test_a_part_failing_past_its_budget_gives_up_naming_the_restarts() -> None:
 
     assert failure is not None
     assert failure.line == "gave up after 3 restarts within 60s: object storage did not answer"
+
+
+def test_a_part_that_ends_by_itself_is_restarted_then_stops_every_part_with_a_line() -> None:
+    """A stream whose query was stopped from outside returns without an error: restarted
+    within the budget, and past it every part stops, not just that one."""
+    runs, events, others_stopped = [], [], threading.Event()
+
+    def ends(_stop: threading.Event) -> None:
+        runs.append(1)
+
+    def steady(stop: threading.Event) -> None:
+        stop.wait(30)
+        others_stopped.set()
+
+    failure = supervise(
+        [Part("silver", ends), Part("bronze", steady)],
+        POLICY,
+        threading.Event(),
+        lambda *event: events.append(event),
+    )
+
+    assert len(runs) == 4 and [e[1] for e in events] == ["restarted"] * 3 + ["error"]
+    assert failure is not None and failure.part == "silver" and others_stopped.is_set()
+    assert failure.line == (
+        "gave up after 3 restarts within 60s: ended while the pipeline runs (its query "
+        "stopped from outside?)"
+    )
