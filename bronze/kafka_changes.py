@@ -20,7 +20,7 @@ row bronze holds stays, once, and what it skipped is named here, by whom and whe
 from __future__ import annotations
 
 import getpass
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -177,26 +177,30 @@ def moved(position: Position, changes: Sequence[Change]) -> dict[tuple[str, int]
     return after
 
 
-def topics(spark: SparkSession, settings: Settings) -> Topics:
-    """What the accepted changes recorded so far say of the topics."""
+def topics(spark: SparkSession, settings: Settings, checkpoint: str) -> Topics:
+    """What the changes accepted for bronze's present `checkpoint` say of the topics."""
     location = settings.storage.table_uri(NAME)
     if not catalog.is_delta(spark, location):
         return NONE
-    latest = (
-        spark.read.format("delta")
-        .load(location)
-        .groupBy("topic")
-        .agg(
-            F.max_by(F.struct("change", "incarnation", "bronze_batch"), "bronze_batch").alias(
-                "last"
-            )
-        )
-        .select("topic", "last.*")
-        .collect()
-    )
+    fields = ("change", "topic", "incarnation", "bronze_batch", "checkpoint_id")
+    recorded = spark.read.format("delta").load(location).select(*fields).collect()
+    return topics_of([r.asDict() for r in recorded], positions.checkpoint_id(spark, checkpoint))
+
+
+def topics_of(recorded: Iterable[Mapping[str, Any]], checkpoint_id: str | None) -> Topics:
+    """What `recorded` changes say of the topics, each topic by its latest change: only
+    those made for the checkpoint `checkpoint_id`. A `--full-refresh` reads Kafka again on
+    a new checkpoint, numbering its batches from 0: changes made for the one it replaced
+    would outrank newer ones, and describe a reading of Kafka that is gone."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for change in sorted(
+        (c for c in recorded if c["checkpoint_id"] == checkpoint_id),
+        key=lambda c: c["bronze_batch"],
+    ):
+        latest[change["topic"]] = change
     return Topics(
-        {r.topic: r.incarnation for r in latest if r.incarnation > 1},
-        {r.topic: r.bronze_batch for r in latest if r.change == "topic_retired"},
+        {t: c["incarnation"] for t, c in latest.items() if c["incarnation"] > 1},
+        {t: c["bronze_batch"] for t, c in latest.items() if c["change"] == "topic_retired"},
     )
 
 
@@ -210,13 +214,14 @@ def accept(
 ) -> Accepted:
     """Accept one change (`offsets_lost` of a partition, `topic_retired`,
     `topic_recreated`): record it, then commit the batch that skips it. Run while bronze
-    is stopped; on S3 its leases make sure it is. Returns the batch and what it changed."""
+    is stopped: its leases (on S3) or lock files (on local disk) make sure it is. Returns
+    the batch and what it changed."""
     from bronze import sensor_records
     from lakehouse.services.kafka import watermarks
 
     checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
     location = settings.storage.table_uri(NAME)
-    with lease.holding(settings, sensor_records.WRITES, f"accept {change}"):
+    with lease.holding(settings, sensor_records.WRITES, f"accept {change}", exclusive=True):
         stands = positions.kafka_checkpoint(spark, checkpoint)
         if stands is None:
             raise LakehouseError(
@@ -242,7 +247,7 @@ def accept(
             return Accepted(stands.committed + 1, finished, finished=True)
         stands = positions.kafka_checkpoint(spark, checkpoint) or stands
         batch, position = stands.committed + 1, stands.position
-        known = topics(spark, settings)
+        known = topics(spark, settings, checkpoint)
         incarnation = known.incarnations.get(topic, 1)
         kafka = watermarks(settings)
         if change == "offsets_lost":
@@ -315,7 +320,7 @@ def history(spark: SparkSession, settings: Settings) -> list[dict[str, Any]]:
     rows = (
         spark.read.format("delta")
         .load(location)
-        .orderBy(F.desc("bronze_batch"), "topic", "partition")
+        .orderBy(F.desc("accepted_at"), F.desc("bronze_batch"), "topic", "partition")
     )
     return [r.asDict() for r in rows.collect()]
 

@@ -148,7 +148,7 @@ def run(
         if full_refresh:
             # The table is append-only: a rebuild is a new table (a new table id, by which
             # silver and gold see that they must rebuild too), never an overwrite.
-            incarnations = kafka_changes.topics(spark, settings).incarnations
+            incarnations = kafka_changes.topics(spark, settings, checkpoint).incarnations
             refuse_a_rebuild_that_loses_records(spark, path, watermarks(settings), incarnations)
             # Its quarantine holds records of the same Kafka offsets: made again too.
             diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
@@ -168,7 +168,7 @@ def run(
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
         kafka_changes.finish(spark, settings, checkpoint)
-        topics = kafka_changes.topics(spark, settings)
+        topics = kafka_changes.topics(spark, settings, checkpoint)
         refuse_kafka_losses(spark, settings, checkpoint)
 
         def write(batch: DataFrame, txn: Txn) -> None:

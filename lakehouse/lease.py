@@ -13,12 +13,19 @@ writer takes the next generation. A holder that finds its next generation taken 
 the lease and must stop writing.
 
 Expiry compares wall clocks of different hosts: the time to live must exceed their skew.
-On a local root several writers are safe (Delta's local log store is atomic), and no lease
-is taken.
+A lease names its process, so a part of `run all` restarted after an outage takes back the
+lease it could not release, where any other writer waits for it to expire.
+
+On a local root several writers are safe (Delta's local log store is atomic): each holds a
+shared lock of its tables' lock files (`<root>/_leases/<table>.lock`), which the kernel
+frees when the process ends however it ends. A command that rewrites a stream's checkpoint
+holds them alone (`exclusive`): refused while any writer runs, and refusing writers while
+it runs, as a lease does on S3.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -29,7 +36,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from lakehouse.errors import LakehouseError, Unavailable, explain, transient
 from lakehouse.settings import Settings
@@ -59,8 +69,16 @@ class Grant:
 
 
 def writer_name(application: str) -> str:
-    """Who a lease names: the application, host and process, and a token per run."""
-    return f"{application}@{socket.gethostname()}:{os.getpid()}/{uuid.uuid4().hex[:6]}"
+    """Who a lease names: the application, host and process, and a token of the process
+    (a pid is used again by a later process)."""
+    return f"{application}@{socket.gethostname()}:{os.getpid()}/{_PROCESS_TOKEN}"
+
+
+_PROCESS_TOKEN = uuid.uuid4().hex[:6]
+
+_HELD_HERE: set[str] = set()
+"""Tables this process holds in a `holding` block now: a second block in it is refused, as
+another writer's would be, though the lease names the same process."""
 
 
 class TableLease:
@@ -155,21 +173,31 @@ class Held:
 
     def __init__(self, leases: Sequence[TableLease] = ()) -> None:
         self.leases = list(leases)
-        self.lost: str | None = None
+        self.lost: LakehouseError | None = None
 
     def check(self) -> None:
         """Call before each write: a writer that lost a lease must not write again."""
         if self.lost is not None:
-            raise LeaseRefused(self.lost)
+            raise self.lost
 
 
 @contextmanager
-def holding(settings: Settings, tables: Sequence[str], application: str) -> Iterator[Held]:
+def holding(
+    settings: Settings, tables: Sequence[str], application: str, exclusive: bool = False
+) -> Iterator[Held]:
     """Hold the leases of `tables` while the block runs, renewed in the background, and
-    release them after it; on a local root, nothing to hold."""
+    release them after it. On a local root, their lock files: shared with other writers,
+    or `exclusive` of every one (a command that rewrites a stream's checkpoint)."""
     if not settings.storage.root.startswith("s3a://"):
-        yield Held()
+        with _locked(settings.storage.root, tables, application, exclusive):
+            yield Held()
         return
+    if taken := [t for t in tables if t in _HELD_HERE]:
+        raise LeaseRefused(
+            f"{taken[0]} is leased to a writer in this process: one writer per table on "
+            "object storage",
+            taken[0],
+        )
     from lakehouse.services import s3
     from lakehouse.storage import bucket_and_prefix
 
@@ -189,6 +217,7 @@ def holding(settings: Settings, tables: Sequence[str], application: str) -> Iter
                 kind = Unavailable if transient(error) else LakehouseError  # down: retry
                 raise kind(f"cannot take the lease of {table}: {explain(error)}") from None
             held.leases.append(lease)
+            _HELD_HERE.add(table)
         stop = threading.Event()
         renewer = threading.Thread(
             target=_renew, args=(held, ttl / 3, stop), daemon=True, name="lease-renewer"
@@ -201,9 +230,38 @@ def holding(settings: Settings, tables: Sequence[str], application: str) -> Iter
             renewer.join()
     finally:
         for lease in held.leases:
-            # One that cannot be released now (S3 gone) frees when it expires.
+            _HELD_HERE.discard(lease.table)
+            # One that cannot be released now (S3 gone) frees when it expires, or when
+            # this process takes it again (the same writer restarted).
             with suppress(Exception):
                 lease.release()
+
+
+@contextmanager
+def _locked(root: str, tables: Sequence[str], application: str, exclusive: bool) -> Iterator[None]:
+    """Hold the lock files of `tables` under a local `root`, shared or exclusive."""
+    folder = Path(url2pathname(urlparse(root).path)) / "_leases"  # root: a file: URI
+    folder.mkdir(parents=True, exist_ok=True)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    files: list[int] = []
+    try:
+        for table in tables:
+            files.append(os.open(folder / f"{table}.lock", os.O_RDWR | os.O_CREAT, 0o644))
+            try:
+                fcntl.flock(files[-1], mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LeaseRefused(
+                    f"{table} is in use: {application} needs it alone, and a writer of it "
+                    "runs (the bronze or silver stream, `run all`, compaction); stop it first"
+                    if exclusive
+                    else f"{table} is held by a command that needs it alone (accepting a "
+                    "Kafka change); run again once it has finished",
+                    table,
+                ) from None
+        yield
+    finally:
+        for file in files:
+            os.close(file)  # frees its lock
 
 
 def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
@@ -213,5 +271,8 @@ def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
                 lease.renew()
             except Exception as error:  # taken over, or S3 gone: the writer must stop
                 why = str(error) if isinstance(error, LakehouseError) else explain(error)
-                held.lost = f"lost the lease of {lease.table}: {why}"
+                line = f"lost the lease of {lease.table}: {why}"
+                # S3 that did not answer: the writer stops, and once restarted takes its
+                # lease back unless another writer took it after it expired.
+                held.lost = Unavailable(line) if transient(error) else LeaseRefused(line)
                 return

@@ -93,6 +93,16 @@ def stream_next_version(spark: SparkSession, checkpoint: str) -> int | None:
     return version + 1 if offset.get("index", -1) > 1 << 60 else version
 
 
+def checkpoint_id(spark: SparkSession, checkpoint: str) -> str | None:
+    """The id of a stream's checkpoint (its query's, kept for its life); None before the
+    stream first started on it."""
+    fs, path = catalog.hadoop_fs(spark, checkpoint)
+    metadata = path.suffix("/metadata")
+    if not fs.exists(metadata):
+        return None
+    return str(json.loads(_read(spark, fs, metadata))["id"])
+
+
 def stream_source_id(spark: SparkSession, checkpoint: str) -> str | None:
     """The table id of the Delta source a stream's last committed batch read."""
     offset = _source_offset(spark, checkpoint)

@@ -194,8 +194,9 @@ class SensorSessions(StatefulProcessor):
             yield from frames
             if not judged:
                 continue  # its state stays as it was
-            kept = self.clock.advance(machine, session, now)
-            yield session_batch.to_frame(Output(), session)
+            expired = Output()
+            kept = self.clock.advance(machine, session, now, expired)
+            yield session_batch.to_frame(expired, session)
             if found is None:
                 bounded = self.bounds.sessions_without_snapshot
                 if not kept or (not session.has_snapshot and without >= bounded):
@@ -252,9 +253,10 @@ class SensorSessions(StatefulProcessor):
                 continue
             session = load_state(found)
             status = session.status
-            kept = self.clock.advance(self.machine_for(sensor, session_id), session, now)
+            expired = Output()
+            kept = self.clock.advance(self.machine_for(sensor, session_id), session, now, expired)
             if session.status is not status:  # expired (and maybe forgotten at once)
-                yield session_batch.to_frame(Output(), session)
+                yield session_batch.to_frame(expired, session)
             if kept:
                 self.sessions.updateValue((session_id,), save_state(session, self.clock))
                 deadlines.append(self.clock.deadline(session))

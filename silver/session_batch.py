@@ -305,8 +305,11 @@ def judge(
     try:
         parts: list[list[pd.DataFrame]] = []
         for part in _by_clock(rows, state, clock):
-            if not clock.advance(machine, state, int(part["kafka_time"].iat[0])):
+            expired = Output()
+            if not clock.advance(machine, state, int(part["kafka_time"].iat[0]), expired):
                 state = SessionState(state.session_id, state.sensor_id)
+            if expired.violations:  # records it still waited for, rejected as it expired
+                parts.append([to_frame(expired)])
             parts.append(process(machine, state, part, topic_sensor))
         return _latest_across(parts), state, True
     except IntegrityError:

@@ -9,6 +9,7 @@ integrity mode demands. It returns what silver writes: row changes, rejected rec
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -147,6 +148,47 @@ def parse_record(
 
 
 @dataclass
+class SeqRanges:
+    """Sequence numbers as sorted, disjoint inclusive ranges `[low, high]`: what a `once`
+    session applied. A sensor sends in order with a few records late, so a session of a
+    million updates holds a handful of ranges where a set would hold a million numbers
+    (benchmarks/once_state.py)."""
+
+    ranges: list[list[int]] = field(default_factory=list)
+
+    def __contains__(self, seq: int) -> bool:
+        i = bisect.bisect_right(self.ranges, seq, key=lambda r: r[0])
+        return i > 0 and self.ranges[i - 1][1] >= seq
+
+    def add(self, seq: int) -> None:
+        ranges = self.ranges
+        i = bisect.bisect_right(ranges, seq, key=lambda r: r[0])  # ranges[:i] start <= seq
+        if i and ranges[i - 1][1] >= seq:
+            return
+        after_previous = i > 0 and ranges[i - 1][1] == seq - 1
+        before_next = i < len(ranges) and ranges[i][0] == seq + 1
+        if after_previous and before_next:
+            ranges[i - 1][1] = ranges.pop(i)[1]
+        elif after_previous:
+            ranges[i - 1][1] = seq
+        elif before_next:
+            ranges[i][0] = seq
+        else:
+            ranges.insert(i, [seq, seq])
+
+    @classmethod
+    def from_json(cls, body: list[Any]) -> SeqRanges:
+        """From its ranges, or from seqs listed one by one (as state version 4 first
+        kept them: still read, never written)."""
+        if all(isinstance(item, list) for item in body):
+            return cls([list(item) for item in body])
+        seqs = cls()
+        for seq in body:
+            seqs.add(seq)
+        return seqs
+
+
+@dataclass
 class SessionState:
     """Everything silver remembers about one live session between micro-batches."""
 
@@ -170,7 +212,7 @@ class SessionState:
     last_lineage: Lineage | None = None
     pending: dict[int, Record] = field(default_factory=dict)
     """`window` mode: records ahead of the next seq, waiting for the ones before them."""
-    seen: set[int] = field(default_factory=set)
+    seen: SeqRanges = field(default_factory=SeqRanges)
     """`once` mode: every seq applied so far."""
     rows_at_end: int | None = None
     """Rows when the session ended: its row ids are dropped from state then."""
@@ -184,7 +226,7 @@ class SessionState:
     def to_json(self) -> str:
         body = asdict(self)
         body["pending"] = [_record_to_dict(r) for r in self.pending.values()]
-        body["seen"] = sorted(self.seen)
+        body["seen"] = self.seen.ranges
         body["row_ids"] = list(self.row_ids)
         return json.dumps(body, separators=(",", ":"))
 
@@ -195,7 +237,7 @@ class SessionState:
             body[name] = Lineage(**body[name]) if body[name] else None
         body["status"] = Status(body["status"])
         body["pending"] = {r["seq"]: _record_from_dict(r) for r in body["pending"]}
-        body["seen"] = set(body["seen"])
+        body["seen"] = SeqRanges.from_json(body["seen"])
         body["row_ids"] = set(body["row_ids"])
         return cls(**body)
 
@@ -294,12 +336,13 @@ class Clock:
         lives = 2 if state.status is Status.EXPIRED else 1
         return state.last_time + lives * self.timeout_ms
 
-    def advance(self, machine: SessionMachine, state: SessionState, now: int) -> bool:
-        """Move the session to `now` (ms); False when nothing of it is left to hold."""
+    def advance(self, machine: SessionMachine, state: SessionState, now: int, out: Output) -> bool:
+        """Move the session to `now` (ms); False when nothing of it is left to hold. What
+        expiring rejects goes to `out`."""
         if state.last_time is None:
             return True
         if state.status in (Status.OPEN, Status.BROKEN) and self.deadline(state) < now:
-            machine.expire(state)
+            machine.expire(state, out)
         return not (state.status in (Status.CLOSED, Status.EXPIRED) and self.deadline(state) < now)
 
 
@@ -342,11 +385,31 @@ class SessionMachine:
                 )
         return out
 
-    def expire(self, state: SessionState) -> None:
+    def expire(self, state: SessionState, out: Output) -> None:
         """No record for longer than the timeout: the session is over; what is left is a
-        tombstone of counters, as after an `end`."""
+        tombstone of counters, as after an `end`. Records still waiting for the ones
+        before them (`window` mode) are rejected into `out`: never applied, never lost."""
+        self._reject_waiting(state, out, Reason.GAP, "when the session expired")
         state.status, state.rows_at_end = Status.EXPIRED, state.table_rows
-        state.row_ids, state.pending, state.seen = set(), {}, set()
+        state.row_ids, state.pending, state.seen = set(), {}, SeqRanges()
+
+    def _reject_waiting(self, state: SessionState, out: Output, reason: Reason, when: str) -> None:
+        expected = 0 if state.last_seq is None else state.last_seq + 1
+        for seq in sorted(state.pending):
+            record = state.pending.pop(seq)
+            state.rejected += 1
+            out.violations.append(
+                Violation(
+                    state.session_id,
+                    state.sensor_id or record.sensor_id,
+                    reason,
+                    f"waiting for seq {expected} {when}",
+                    expected,
+                    seq,
+                    record.lineage,
+                    record.raw,
+                )
+            )
 
     def _one(self, state: SessionState, record: Record, out: Output) -> str:
         state.records += 1
@@ -551,8 +614,11 @@ class SessionMachine:
         else:
             # What is left of a closed session is a tombstone of counters, kept until the
             # timeout so that a straggler is recognised as arriving after the end.
+            self._reject_waiting(
+                state, out, Reason.AFTER_END, f"when the session ended at seq {seq}"
+            )
             state.status, state.rows_at_end = Status.CLOSED, len(state.row_ids)
-            state.row_ids, state.pending, state.seen = set(), {}, set()
+            state.row_ids, state.pending, state.seen = set(), {}, SeqRanges()
         return action
 
     def _too_many_rows(self, state: SessionState, record: Record) -> bool:

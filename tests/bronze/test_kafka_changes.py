@@ -6,11 +6,13 @@ import pytest
 
 from bronze.kafka_changes import (
     Change,
+    Topics,
     describe,
     lost_offsets,
     moved,
     recreated_topic,
     retired_topic,
+    topics_of,
 )
 from lakehouse.errors import LakehouseError
 
@@ -114,3 +116,24 @@ def test_a_change_reads_as_what_was_skipped_and_where_bronze_goes_on() -> None:
     assert describe(gone.__dict__) == (
         "topic_recreated  s.a/1: skipped from offset 80 on, read no more (incarnation 2)"
     )
+
+
+def test_only_the_changes_made_for_bronzes_present_checkpoint_say_how_topics_are_read() -> None:
+    """After `run bronze --full-refresh` batch numbers start again: a change made for the
+    checkpoint it replaced (a retirement at batch 9) must not outrank one made since (the
+    topic re-created, at batch 2), nor be read at all."""
+    old, new = "checkpoint-before-the-rebuild", "checkpoint-now"
+    recorded = [
+        {"change": "topic_recreated", "topic": "s.a", "incarnation": 2, "bronze_batch": 4,
+         "checkpoint_id": old},
+        {"change": "topic_retired", "topic": "s.a", "incarnation": 2, "bronze_batch": 9,
+         "checkpoint_id": old},
+        {"change": "topic_retired", "topic": "s.b", "incarnation": 1, "bronze_batch": 7,
+         "checkpoint_id": old},
+        {"change": "topic_recreated", "topic": "s.a", "incarnation": 2, "bronze_batch": 2,
+         "checkpoint_id": new},
+    ]  # fmt: skip
+
+    assert topics_of(recorded, new) == Topics({"s.a": 2}, {})
+    assert topics_of(recorded, old) == Topics({"s.a": 2}, {"s.a": 9, "s.b": 7})
+    assert topics_of(recorded, None) == Topics({}, {})  # a checkpoint not begun yet

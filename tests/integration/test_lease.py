@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.lease import LeaseRefused, TableLease, holding
+from lakehouse.lease import LeaseRefused, TableLease, holding, writer_name
 from lakehouse.services.s3 import EmbeddedS3
 from tests.support import S3_KEYS, settings_for
 
@@ -130,3 +130,32 @@ def test_taking_a_lease_from_a_server_that_does_not_answer_is_one_line(tmp_path:
     assert str(refused.value).startswith(
         "cannot take the lease of silver.sessions: object storage at 127.0.0.1:9 did not answer"
     )
+
+
+def test_a_writer_restarted_in_its_process_takes_back_the_lease_it_could_not_release(
+    s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    """A part of `run all` failed while S3 was down and could not release its lease: its
+    restart in the same process takes it back at once, another process still waits, and
+    a second block of the same process while the first holds it is refused."""
+    endpoint = s3.address()
+    assert endpoint is not None
+    s = settings_for(tmp_path, "127.0.0.1:9", "x.", storage__root="s3a://lake/takeback",
+                     s3__endpoint=endpoint, s3__access_key=S3_KEYS[0],
+                     s3__secret_key=S3_KEYS[1])  # fmt: skip
+
+    def lease_as(holder: str) -> TableLease:
+        return TableLease(s3.client(endpoint), "lake", "takeback", "silver.sessions", holder, 60)
+
+    lease_as(writer_name("the silver stream")).acquire()  # and never released
+
+    with pytest.raises(LeaseRefused, match="leased to the silver stream@"):
+        lease_as("the silver stream@elsewhere:1/abc").acquire()
+    with holding(s, ["silver.sessions"], "the silver stream") as held:
+        assert held.leases[0].held is not None
+        assert held.leases[0].held.generation == 2
+        with (
+            pytest.raises(LeaseRefused, match="leased to a writer in this process"),
+            holding(s, ["silver.sessions"], "the silver stream"),
+        ):
+            pass

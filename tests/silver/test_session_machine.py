@@ -10,6 +10,7 @@ from silver.session_machine import (
     IntegrityError,
     Lineage,
     Mode,
+    Output,
     Policy,
     Reason,
     Record,
@@ -277,8 +278,9 @@ def test_state_round_trips_through_json_with_buffers() -> None:
 
 def test_expire_marks_the_session_expired() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1))
-    STRICT.expire(state)
-    assert state.status is Status.EXPIRED
+    out = Output()
+    STRICT.expire(state, out)
+    assert state.status is Status.EXPIRED and not out.violations
 
 
 # --- ordered -----------------------------------------------------------------------
@@ -335,6 +337,33 @@ def test_window_declares_a_gap_when_the_bound_is_exceeded() -> None:
     assert temps(state) == {"r1": 4} and state.last_seq == 4
 
 
+def test_window_records_still_waiting_when_the_session_expires_are_violations() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=5)
+    waiting = [upsert(3), upsert(2)]
+    state, _ = run(machine, snapshot(0, r1=1), *waiting)
+    out = Output()
+
+    machine.expire(state, out)
+
+    assert [(v.reason, v.found_seq, v.lineage) for v in out.violations] == [
+        (Reason.GAP, 2, waiting[1].lineage),
+        (Reason.GAP, 3, waiting[0].lineage),
+    ]
+    assert out.violations[0].detail == "waiting for seq 1 when the session expired"
+    assert out.violations[0].raw == waiting[1].raw
+    assert state.status is Status.EXPIRED and not state.pending and state.rejected == 2
+
+
+def test_window_records_waiting_beyond_the_sessions_end_are_violations() -> None:
+    machine = SessionMachine(Mode.WINDOW, window=5)
+    state, out = run(machine, snapshot(0, r1=1), upsert(3), end(1))
+
+    ((reason, seq, detail),) = [(v.reason, v.found_seq, v.detail) for v in out.violations]
+    assert (reason, seq) == (Reason.AFTER_END, 3)
+    assert detail == "waiting for seq 2 when the session ended at seq 1"
+    assert state.status is Status.CLOSED and not state.pending
+
+
 def test_window_rejects_a_record_later_than_the_bound() -> None:
     machine = SessionMachine(Mode.WINDOW, window=1)
     _, out = run(machine, snapshot(0, r1=1), upsert(2), upsert(3), upsert(1))
@@ -342,6 +371,30 @@ def test_window_rejects_a_record_later_than_the_bound() -> None:
 
 
 # --- once and none -----------------------------------------------------------------
+
+
+def test_once_remembers_what_it_applied_as_ranges_and_still_drops_duplicates() -> None:
+    machine = SessionMachine(Mode.ONCE)
+    updates = [upsert(seq, "r1", seq) for seq in (*range(1, 1001), 1005, 1003, 1004)]
+    state, _ = run(machine, snapshot(0, r1=1), *updates)
+    restored = restore(state)
+
+    assert json.loads(restored.to_json())["seen"] == [[0, 1000], [1003, 1005]]
+    _, out = run(machine, upsert(500), upsert(1004), upsert(1002), upsert(1001), state=restored)
+    assert [v.found_seq for v in out.violations] == [500, 1004]
+    assert json.loads(restored.to_json())["seen"] == [[0, 1005]]
+
+
+def test_once_reads_the_seqs_an_older_state_listed_one_by_one() -> None:
+    state, _ = run(SessionMachine(Mode.ONCE), snapshot(0, r1=1), upsert(1), upsert(3))
+    old = json.loads(state.to_json())
+    old["seen"] = [0, 1, 3]  # as state version 4 wrote it before ranges
+
+    restored = SessionState.from_json(json.dumps(old))
+
+    _, out = run(SessionMachine(Mode.ONCE), upsert(3), upsert(2), state=restored)
+    assert [v.found_seq for v in out.violations] == [3]
+    assert json.loads(restored.to_json())["seen"] == [[0, 3]]
 
 
 def test_once_drops_duplicates_whatever_the_order() -> None:
