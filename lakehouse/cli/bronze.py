@@ -11,7 +11,8 @@ from lakehouse.cli.context import spark_for
 from lakehouse.console import echo
 
 AFTER = (
-    "Run while bronze is stopped (on S3, its leases make sure it is). The change is "
+    "Run while bronze is stopped: refused while it runs (its leases on S3, its lock files "
+    "on local disk). The change is "
     "recorded in bronze.kafka_changes with who accepted it and when, then made a batch of "
     "the bronze stream that reads nothing: every row bronze holds stays, once. "
     "`lakehouse status` lists the changes accepted."
