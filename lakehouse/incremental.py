@@ -294,6 +294,8 @@ def run_model(
                     verdict = gate.judge(rows, model.name, views) if gate else None
                     kept = verdict.kept if verdict else rows
                     run.rows_written = _merge(rows, target, model.key, kept)
+                    if gate:
+                        gate.forget(spark, model.name, keys)
                 finally:
                     rows.unpersist()
         finally:
@@ -313,6 +315,8 @@ def run_model(
         finally:
             rows.unpersist()
         run.rows_written = int(written.get["rows"])
+        if gate:
+            gate.forget(spark, model.name, None)
     if gate and verdict:
         gate.record(spark, model.name, verdict)
         run.quarantined = sum(o.quarantined or 0 for o in verdict.outcomes)

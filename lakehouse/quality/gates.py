@@ -17,7 +17,8 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import catalog, delta, progress
@@ -348,6 +349,28 @@ class WriteGate:
                 failure_line(table, "run", verdict.failed[0], suite, "nothing was written")
             )
         return verdict
+
+    def forget(self, spark: SparkSession, table: str, keys: DataFrame | None) -> None:
+        """Remove the rows quarantined for `table` at `keys` (a frame of its key columns;
+        None: all of its rows), which its run has just written again: each is in the
+        table now, or quarantined again by this run. Quarantine follows the rows it holds
+        back; a stale one would excuse a row in the whole-table reconciliations."""
+        diverted = self.storage.table_uri(quarantine_table(self.layer).name)
+        if table not in self.validator.suites or not catalog.is_delta(spark, diverted):
+            return
+        target = DeltaTable.forPath(spark, diverted)
+        if keys is None:
+            target.delete(F.col("table_name") == table)
+            return
+        # The row's key read back from its JSON, typed as the key (a timestamp's text
+        # casts back to the instant it was).
+        same_key = [
+            F.get_json_object("q.row_json", f"$.{c}").cast(keys.schema[c].dataType)
+            == F.col(f"k.`{c}`")
+            for c in keys.columns
+        ]
+        on = reduce(Column.__and__, [F.col("q.table_name") == F.lit(table), *same_key])
+        target.alias("q").merge(keys.alias("k"), on).whenMatchedDelete().execute()
 
     def record(self, spark: SparkSession, table: str, verdict: Verdict) -> None:
         if not verdict.outcomes:

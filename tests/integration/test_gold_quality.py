@@ -149,6 +149,19 @@ def test_a_quarantined_gold_row_is_diverted_and_its_stale_row_removed(
     # over the whole table, a quarantined session is accounted for, not missing
     assert all(held for held, _ in check(spark, lake, session_summary.NAME).values())
 
+    # The clock repaired: the session's summary is written again, and its quarantined row
+    # goes (it would excuse the session in the reconciliation for good).
+    spark.sql(
+        f"UPDATE delta.`{lake.storage.table_uri(sessions.NAME)}` "
+        f"SET first_event_time = TIMESTAMP '{victim.first_event_time:%Y-%m-%d %H:%M:%S.%f}' "
+        f"WHERE sensor_id = '{victim.sensor_id}' AND session_id = '{victim.session_id}'"
+    )
+    gated_run(spark, lake)
+
+    assert table(spark, lake, session_summary.NAME).where(kept_out).count() == 1
+    assert table(spark, lake, "gold.quarantine").count() == 0
+    assert all(held for held, _ in check(spark, lake, session_summary.NAME).values())
+
 
 def test_a_silver_row_changed_behind_golds_back_fails_the_reconciliation(
     spark: SparkSession, lake: Settings
