@@ -6,7 +6,8 @@ set the current values.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from lakehouse import delta
@@ -55,9 +56,59 @@ def write(
     rebuild: bool = False,
 ) -> None:
     """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`,
-    where the caller has it, is already their `latest_changes`."""
+    where the caller has it, is already their `latest_changes`.
+
+    A session's table is what its last snapshot set, and what came after: a row set by a
+    record before a snapshot of the batch that the snapshot did not set again is gone.
+    The state machine deletes those rows it knows of; these it cannot know: a session id
+    used again once its tombstone was forgotten starts a new session from nothing, and
+    the old one's rows are still in this table (or earlier in the batch)."""
     rows = latest_changes(changes) if latest is None else latest
+    spark = changes.sparkSession
+    snapshots = [
+        tuple(r)
+        for r in changes.where("op = 'snapshot'")
+        .groupBy(*SESSION)
+        .agg(F.max_by(F.struct("topic", "partition", "offset"), "offset").alias("at"))
+        .select(*SESSION, "at.*")
+        .collect()
+    ]
+    if snapshots:
+        reset = F.broadcast(spark.createDataFrame(snapshots, _RESET))
+        rows = (
+            rows.join(reset, on=list(SESSION), how="left")
+            .where(_not_before_reset())
+            .drop(*_RESET_AT)
+        )
     if rebuild:
         delta.replace(rows.where("op <> 'delete'"), path, txn)
-    else:
-        delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")
+        return
+    if snapshots:
+        held = DeltaTable.forPath(spark, path).toDF().join(reset, on=list(SESSION))
+        stale = (
+            held.where(~_not_before_reset())
+            .drop(*_RESET_AT)
+            .join(rows.select(*KEY), on=list(KEY), how="left_anti")  # merged anyway
+            .withColumn("op", F.lit("delete"))
+        )
+        rows = rows.unionByName(stale, allowMissingColumns=True)
+    delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")
+
+
+SESSION = KEY[:2]
+_RESET_AT = ("reset_topic", "reset_partition", "reset_offset")
+_RESET = (
+    "sensor_id STRING, session_id STRING, reset_topic STRING, reset_partition INT, "
+    "reset_offset BIGINT"
+)
+"""Per session, the lineage of its last snapshot in the batch."""
+
+
+def _not_before_reset() -> Column:
+    """A row's lineage is not a record of its session's partition before its last snapshot."""
+    return (
+        F.col("reset_offset").isNull()
+        | (F.col("topic") != F.col("reset_topic"))
+        | (F.col("partition") != F.col("reset_partition"))
+        | (F.col("offset") >= F.col("reset_offset"))
+    )

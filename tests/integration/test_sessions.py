@@ -223,3 +223,40 @@ def test_a_rebuild_replaces_silver_and_gold_follows_in_full(
     assert_matches(silver_tables(spark, s), expected)
     for name, count in counts.items():
         assert len(table(spark, s, name)) == count, name
+
+
+def test_a_session_id_used_again_after_its_tombstone_starts_from_its_own_snapshot(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Session `again` sets rows r0, r1, r2 and ends; once its tombstone is forgotten (two
+    timeouts of other traffic later), the sensor opens a session of the same id whose
+    snapshot names r0 only: `silver.session_rows` holds r0 alone, written by the new
+    session, whether the two come in two runs (a MERGE) or in one rebuild."""
+    s = on_a_short_clock(tmp_path, 5)
+    sent = {}
+
+    def at(partition: int, offset: int, value: bytes, second: float) -> tuple:  # type: ignore[type-arg]
+        sent[value] = T0 + timedelta(seconds=second)
+        return ("sensors.a", partition, offset, None, value)
+
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    old = [at(0, i, message("again", "a", i, i, kind), i)
+           for i, kind in enumerate(("snapshot", "update", "update", "end"))]  # fmt: skip
+    busy = [at(1, i, message("busy", "a", i, i, "snapshot" if i == 0 else "update"), i)
+            for i in range(20)]  # fmt: skip
+    write_bronze(spark, bronze, old + busy, 1, random.Random(6), sent.__getitem__)
+    reconstruct.run(spark, s)  # by 19 s the tombstone (ended at 3 s, kept 5 s) is gone
+    assert {r.session_id for r in reconstruct.live_state(spark, s).collect()} == {"busy"}
+    new = [at(0, 4, message("again", "a", 0, 21, "snapshot"), 21),
+           at(1, 20, message("busy", "a", 20, 21), 21)]  # fmt: skip
+    write_bronze(spark, bronze, new, 1, random.Random(7), sent.__getitem__)
+
+    reconstruct.run(spark, s)
+
+    rows = {(r.row_id, r.offset) for r in table(spark, s, "silver.session_rows")
+            if r.session_id == "again"}  # fmt: skip
+    assert rows == {("r0", 4)}
+    reconstruct.run(spark, s, full_refresh=True)  # both sessions in one batch
+    rebuilt = {(r.row_id, r.offset) for r in table(spark, s, "silver.session_rows")
+               if r.session_id == "again"}  # fmt: skip
+    assert rebuilt == rows
