@@ -76,6 +76,7 @@ def writer_name(application: str) -> str:
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:6]
 
+_HERE = threading.Lock()
 _HELD_HERE: set[str] = set()
 """Tables this process holds in a `holding` block now: a second block in it is refused, as
 another writer's would be, though the lease names the same process."""
@@ -192,12 +193,25 @@ def holding(
         with _locked(settings.storage.root, tables, application, exclusive):
             yield Held()
         return
-    if taken := [t for t in tables if t in _HELD_HERE]:
-        raise LeaseRefused(
-            f"{taken[0]} is leased to a writer in this process: one writer per table on "
-            "object storage",
-            taken[0],
-        )
+    with _HERE:  # the parts of `run all` take their leases from threads side by side
+        if taken := [t for t in tables if t in _HELD_HERE]:
+            raise LeaseRefused(
+                f"{taken[0]} is leased to a writer in this process: one writer per table "
+                "on object storage",
+                taken[0],
+            )
+        _HELD_HERE.update(tables)
+    try:
+        with _leased(settings, tables, application) as held:
+            yield held
+    finally:
+        with _HERE:
+            _HELD_HERE.difference_update(tables)
+
+
+@contextmanager
+def _leased(settings: Settings, tables: Sequence[str], application: str) -> Iterator[Held]:
+    """The leases of `tables` on S3, renewed in the background, released after."""
     from lakehouse.services import s3
     from lakehouse.storage import bucket_and_prefix
 
@@ -217,7 +231,6 @@ def holding(
                 kind = Unavailable if transient(error) else LakehouseError  # down: retry
                 raise kind(f"cannot take the lease of {table}: {explain(error)}") from None
             held.leases.append(lease)
-            _HELD_HERE.add(table)
         stop = threading.Event()
         renewer = threading.Thread(
             target=_renew, args=(held, ttl / 3, stop), daemon=True, name="lease-renewer"
@@ -230,7 +243,6 @@ def holding(
             renewer.join()
     finally:
         for lease in held.leases:
-            _HELD_HERE.discard(lease.table)
             # One that cannot be released now (S3 gone) frees when it expires, or when
             # this process takes it again (the same writer restarted).
             with suppress(Exception):

@@ -1,7 +1,9 @@
 """silver.row_changes: one row per table row changed by an accepted record.
 
-The changelog of every reconstructed table: replaying it in (session, seq, ordinal)
-order rebuilds `silver.session_rows`; `ordinal` numbers the rows one record changed.
+The changelog of every reconstructed table: replaying it in Kafka order (partition,
+offset, ordinal), each snapshot starting its session's table afresh, rebuilds
+`silver.session_rows`; `ordinal` numbers the rows one record changed. Not in (session,
+seq) order: a session id used again after its session was forgotten numbers from 0 again.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from tests.integration.test_hostile_records import only
 from tests.integration.test_silver import assert_matches, silver_tables, small_spec
 from tests.silver import reference
 from tests.silver.bronze_fixture import kafka_records, sent_at_event_time, write_bronze
-from tests.support import settings_for
+from tests.support import overrides, run_lakehouse, settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -260,3 +260,48 @@ def test_a_session_id_used_again_after_its_tombstone_starts_from_its_own_snapsho
     rebuilt = {(r.row_id, r.offset) for r in table(spark, s, "silver.session_rows")
                if r.session_id == "again"}  # fmt: skip
     assert rebuilt == rows
+
+
+def test_records_waiting_in_window_mode_are_violations_when_their_session_ends_or_expires(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """`run silver` in window mode: session `w` waits for seq 1 with seq 2 and 3 until it
+    expires (5 s of quiet, while `busy` sends on); session `e` waits for seq 2 with seq 3
+    when it ends at seq 1. Every record not applied is a violation, with its offset."""
+    rule = '[{topics: ".*", mode: window, policy: quarantine, window: 10}]'
+    keys = {"silver__session_timeout_seconds": "5", "silver__allowed_lateness_seconds": "2"}
+    env = overrides(tmp_path, "127.0.0.1:9", "sensors.", silver__integrity=rule, **keys)
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", silver__integrity=rule, **keys)
+    sent = {}
+
+    def at(partition: int, offset: int, value: bytes, second: float) -> tuple:  # type: ignore[type-arg]
+        sent[value] = T0 + timedelta(seconds=second)
+        return ("sensors.a", partition, offset, None, value)
+
+    waits = [
+        at(0, 0, message("w", "a", 0, 0, "snapshot"), 0),
+        at(0, 1, message("w", "a", 2, 1), 1),
+        at(0, 2, message("w", "a", 3, 2), 2),
+    ]
+    ends = [
+        at(2, 0, message("e", "a", 0, 0, "snapshot"), 0),
+        at(2, 1, message("e", "a", 3, 1), 1),
+        at(2, 2, message("e", "a", 1, 2, "end"), 2),
+    ]
+    busy = [at(1, i, message("busy", "a", i, i, "snapshot" if i == 0 else "update"), i)
+            for i in range(20)]  # fmt: skip
+    bronze = s.storage.table_uri("bronze.sensor_records")
+    write_bronze(spark, bronze, waits + ends + busy, 1, random.Random(8), sent.__getitem__)
+
+    result = run_lakehouse("run", "silver", env=env)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = sorted((v.session_id, v.offset, v.reason, v.detail)
+                   for v in table(spark, s, "silver.violations"))  # fmt: skip
+    assert found == [
+        ("e", 1, "after_end", "waiting for seq 2 when the session ended at seq 1"),
+        ("w", 1, "gap", "waiting for seq 1 when the session expired"),
+        ("w", 2, "gap", "waiting for seq 1 when the session expired"),
+    ]
+    status = {r.session_id: r.status for r in table(spark, s, "silver.sessions")}
+    assert status == {"w": "expired", "e": "closed", "busy": "open"}
