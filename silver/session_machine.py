@@ -395,21 +395,9 @@ class SessionMachine:
 
     def _reject_waiting(self, state: SessionState, out: Output, reason: Reason, when: str) -> None:
         expected = 0 if state.last_seq is None else state.last_seq + 1
+        detail = f"waiting for seq {expected} {when}"
         for seq in sorted(state.pending):
-            record = state.pending.pop(seq)
-            state.rejected += 1
-            out.violations.append(
-                Violation(
-                    state.session_id,
-                    state.sensor_id or record.sensor_id,
-                    reason,
-                    f"waiting for seq {expected} {when}",
-                    expected,
-                    seq,
-                    record.lineage,
-                    record.raw,
-                )
-            )
+            self._reject(state, state.pending.pop(seq), out, reason, detail, expected, breaks=False)
 
     def _one(self, state: SessionState, record: Record, out: Output) -> str:
         state.records += 1
