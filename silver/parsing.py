@@ -115,10 +115,11 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     for a delete, an end, an empty snapshot) and one per other record, keyed by session.
 
     Columns: the session key (sensor_id, the sensor the topic names; session_id, UNKEYED
-    when the value names no usable one), topic, partition, offset, kafka_time (ms), `pos`
-    (the row's place in its snapshot), `plain`, then for plain records the envelope (seq,
-    kind, event_time in microseconds, op) and the row (row_id and its values), and for the
-    others `key` and `value`, the bytes to parse in Python.
+    when the value names no usable one), topic, partition, offset, kafka_time (ms),
+    clock_time (kafka_time, but never after bronze ingested the record: what the stream's
+    data clock counts), `pos` (the row's place in its snapshot), `plain`, then for plain
+    records the envelope (seq, kind, event_time in microseconds, op) and the row (row_id
+    and its values), and for the others `key` and `value`, the bytes to parse in Python.
     """
     spark = bronze.sparkSession
     # Once per session: a new checkpoint's first run parses, then its steady run again, and
@@ -139,6 +140,10 @@ def _read(bronze: DataFrame) -> DataFrame:
         "partition",
         "offset",
         "kafka_timestamp",
+        # A producer stamps its records (CreateTime): its clock may run ahead of the
+        # pipeline's. A record cannot have been sent after bronze ingested it, so its time
+        # counts for the stream's data clock only up to then.
+        F.least("kafka_timestamp", "ingested_at").alias("clock_timestamp"),
         "key",
         "value",
         text.alias("text"),
@@ -174,6 +179,7 @@ def _checked(read: DataFrame, topic_prefix: str) -> DataFrame:
         "partition",
         "offset",
         "kafka_timestamp",
+        "clock_timestamp",
         "key",
         "value",
         "text",
@@ -245,6 +251,7 @@ def _keyed(judged: DataFrame, topic_prefix: str) -> DataFrame:
         "offset",
         # never null from Kafka; were it, the record would not move its session's clock
         F.coalesce(F.unix_millis("kafka_timestamp"), F.lit(0)).alias("kafka_time"),
+        F.coalesce(F.unix_millis("clock_timestamp"), F.lit(0)).alias("clock_time"),
         plain.alias("plain"),
         *(F.when(plain, F.col(c)).alias(c) for c in ("seq", "kind", "event_time", "op")),
         items.alias("items"),
@@ -273,6 +280,7 @@ def _exploded(keyed: DataFrame) -> DataFrame:
         "partition",
         "offset",
         "kafka_time",
+        "clock_time",
         F.coalesce("pos", F.lit(0)).alias("pos"),
         "plain",
         # never null for a plain record; 0 for the others, whose columns are unread

@@ -83,20 +83,29 @@ LATE_GUARD = "late_guard"
 
 
 def with_data_clock(parsed: DataFrame, lateness_seconds: int) -> DataFrame:
-    """The parsed records with the stream's event-time watermark on their Kafka timestamps.
+    """The parsed records with the stream's event-time watermark on their Kafka timestamps,
+    each counted no later than bronze ingested it (`clock_time`).
 
     Kafka timestamps rather than event times: every record has one, a record silver cannot
     read included, and a sensor's broken clock (event times up to 2099 are valid) cannot
-    push the watermark ahead and end every session. Spark drops rows older than the
-    watermark before a stateful operator sees them, silently; a late record must instead
-    reach its session and be judged by its own time. Spark recognises the watermark column
-    by its metadata: the real clock column only feeds the watermark and is dropped, and the
-    operator is shown a column that carries that metadata but is never older than any
-    watermark, so nothing is dropped."""
+    push the watermark ahead and end every session. A producer's clock stamps the Kafka
+    timestamp too, and the broker accepts it up to an hour ahead: bounded by ingestion, a
+    producer ahead moves the clock only as far as real time, and ends no other sensor's
+    session. An honest record is never later than its ingestion, so the bound changes
+    nothing for it however late the pipeline reads. Only the watermark is bounded: a
+    session's own clock is its records' Kafka time, so a sensor's wrong clock times its
+    own sessions alone.
+
+    Spark drops rows older than the watermark before a stateful operator sees them,
+    silently; a late record must instead reach its session and be judged by its own time.
+    Spark recognises the watermark column by its metadata: the real clock column only
+    feeds the watermark and is dropped, and the operator is shown a column that carries
+    that metadata but is never older than any watermark, so nothing is dropped."""
     delay = f"{lateness_seconds} seconds"
     delay_ms = lateness_seconds * 1000
     return (
-        parsed.withColumn(CLOCK_COLUMN, F.timestamp_millis("kafka_time"))
+        parsed.withColumn(CLOCK_COLUMN, F.timestamp_millis("clock_time"))
+        .drop("clock_time")
         .withWatermark(CLOCK_COLUMN, delay)
         # pandas' timestamps end in 2262
         .withColumn(LATE_GUARD, F.lit("2262-01-01").cast("timestamp"))

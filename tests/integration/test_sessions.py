@@ -13,11 +13,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.incremental import run_models
 from lakehouse.pipeline import MODELS
+from lakehouse.producer import create_topics
 from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.integration.test_gold import assert_gold_equals_pandas_from_silver
@@ -305,3 +307,43 @@ def test_records_waiting_in_window_mode_are_violations_when_their_session_ends_o
     ]
     status = {r.session_id: r.status for r in table(spark, s, "silver.sessions")}
     assert status == {"w": "expired", "e": "closed", "busy": "open"}
+
+
+def test_a_producer_clock_ahead_ends_no_other_sensors_session(
+    spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Through the broker and `build`: sensor `ahead`'s producer stamps its records 50
+    minutes ahead (the broker accepts up to an hour) and sends a whole session while `b`'s
+    (20 s timeout) is open; `b` sends the rest of it after silver ran. `ahead`'s time counts
+    no later than bronze ingested it, so `b`'s session is not expired by another sensor's
+    clock: every record is applied, both sessions close, and bronze's suite names the lead."""
+    prefix = "clock-ahead."
+    keys = {"silver__session_timeout_seconds": "20"}
+    env = overrides(tmp_path, kafka_bootstrap, prefix, **keys)
+    s = settings_for(tmp_path, kafka_bootstrap, prefix, **keys)
+    create_topics(kafka_bootstrap, [f"{prefix}ahead", f"{prefix}b"], 1, {})
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    now = time.time()
+
+    def send(session: str, sensor: str, seq: int, kind: str, at: float) -> None:
+        value = message(session, sensor, seq, seq, kind)
+        producer.produce(f"{prefix}{sensor}", value, session.encode(), 0, timestamp=int(at * 1000))
+
+    send("b1", "b", 0, "snapshot", now)
+    send("b1", "b", 1, "update", now + 1)
+    for seq, kind in enumerate(("snapshot", "update", "update", "end")):
+        send("a1", "ahead", seq, kind, now + 50 * 60 + seq)
+    assert producer.flush(30) == 0
+    first = run_lakehouse("build", "--select", "bronze", "silver", env=env)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    send("b1", "b", 2, "update", now + 5)  # sent late, stamped in the session's time
+    send("b1", "b", 3, "end", now + 6)
+    assert producer.flush(30) == 0
+
+    second = run_lakehouse("build", "--select", "bronze", "silver", env=env)
+
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert table(spark, s, "silver.violations") == []
+    status = {(r.sensor_id, r.session_id): r.status for r in table(spark, s, "silver.sessions")}
+    assert status == {("b", "b1"): "closed", ("ahead", "a1"): "closed"}
+    assert "timestamps_sane" in first.stdout + first.stderr
