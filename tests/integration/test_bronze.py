@@ -13,31 +13,20 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import SparkSession
 
 from bronze import kafka_changes, sensor_records
 from lakehouse import positions
 from lakehouse.errors import LakehouseError
 from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
-from lakehouse.quality import store
 from lakehouse.services.kafka import EmbeddedKafka, client_options
-from lakehouse.settings import StorageSettings, load_settings
+from lakehouse.settings import load_settings
 from silver.parsing import parse_records
 from tests.support import overrides, run_lakehouse, settings_for
+from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
+from tests.support.silver import silver_tables
 
 pytestmark = pytest.mark.integration
-
-FAULTS = {
-    "gap": 2,
-    "duplicate": 2,
-    "reorder": 1,
-    "malformed_json": 2,
-    "missing_field": 1,
-    "wrong_type": 1,
-    "oversize": 1,
-    "null_key": 2,
-}
-
 
 BASE_SPEC = TrafficSpec(
     seed=11,
@@ -53,54 +42,8 @@ def spec(prefix: str, **fields: Any) -> TrafficSpec:
     return replace(BASE_SPEC, topic_prefix=prefix, **fields)
 
 
-def consume_all(bootstrap: str, prefix: str) -> set[tuple]:
-    """Every record under the prefix, read back by a plain Kafka consumer."""
-    topics = [
-        t
-        for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-        if t.startswith(prefix)
-    ]
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"check-{prefix}", "enable.auto.commit": False}
-    )
-    records: set[tuple] = set()
-    for topic in topics:
-        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            consumer.assign([TopicPartition(topic, partition, low)])
-            for _ in range(high - low):
-                message = consumer.poll(5)
-                assert message is not None and message.error() is None
-                headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
-                records.add(
-                    (topic, partition, message.offset(), message.key(), message.value(), headers)
-                )
-    consumer.close()
-    return records
-
-
 def bronze_rows(spark: SparkSession, path: str) -> list[tuple]:
     return as_tuples(spark.read.format("delta").load(path).collect())
-
-
-def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
-    return store.quarantined_rows(
-        spark, storage, sensor_records.NAME, sensor_records.TABLE.columns
-    ).collect()
-
-
-def as_tuples(rows: list[Row]) -> list[tuple]:
-    return [
-        (
-            r.topic,
-            r.partition,
-            r.offset,
-            None if r.key is None else bytes(r.key),
-            bytes(r.value),
-            tuple((h.key, bytes(h.value)) for h in r.headers),
-        )
-        for r in rows
-    ]
 
 
 def test_bronze_holds_every_record_exactly_once_byte_for_byte(
@@ -341,7 +284,6 @@ def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     from silver import reconstruct
-    from tests.integration.test_silver import silver_tables
 
     prefix = "rebuild.sensors."
     settings = settings_for(

@@ -15,8 +15,8 @@ from pyspark.sql import SparkSession
 from lakehouse import PROJECT_ROOT
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
-from tests.browser import render
 from tests.support import foreign_lines, overrides, run_lakehouse, settings_for
+from tests.support.browser import render
 
 pytestmark = pytest.mark.integration
 

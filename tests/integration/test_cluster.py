@@ -24,27 +24,19 @@ from lakehouse.producer import produce
 from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
-from tests.integration.test_s3_lake import (
-    COMPARED,
-    PIPELINE,
-    PREFIX,
-    SPEC,
-    comparable,
-    read_s3,
-    s3_env,
-)
-from tests.integration.test_silver import assert_matches, silver_tables, small_spec
-from tests.silver import reference
-from tests.silver.bronze_fixture import kafka_records, write_bronze
 from tests.support import (
     S3_KEYS,
     command_lines_seen,
     lakehouse_command,
     overrides,
+    reference,
     run_lakehouse,
     settings_for,
     spark_log_of,
 )
+from tests.support.bronze_tables import kafka_records, write_bronze
+from tests.support.s3 import COMPARED, PIPELINE, PREFIX, SPEC, comparable, read_s3, s3_env
+from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = pytest.mark.integration
 

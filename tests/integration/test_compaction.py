@@ -23,10 +23,9 @@ from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
 from silver import reconstruct
-from tests.integration.test_gold import BASE, INCREMENTS, Bronze
-from tests.integration.test_silver import assert_matches, silver_tables
-from tests.silver import reference
-from tests.support import lakehouse_command, overrides, settings_for
+from tests.support import lakehouse_command, overrides, reference, settings_for
+from tests.support.gold import BASE, INCREMENTS, Bronze
+from tests.support.silver import assert_matches, silver_tables
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,12 @@ from lakehouse.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import StorageSettings
 from lakehouse.streaming import checkpoint_format
-from tests.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
-from tests.integration.test_bronze import FAULTS, as_tuples, consume_all, quarantined_rows
-from tests.integration.test_s3_lake import PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
-from tests.integration.test_silver import assert_matches, silver_tables, small_spec
-from tests.silver import reference
-from tests.silver.bronze_fixture import kafka_records, write_bronze
-from tests.support import S3_KEYS, lakehouse_command, run_lakehouse, settings_for
+from tests.support import S3_KEYS, lakehouse_command, reference, run_lakehouse, settings_for
+from tests.support.bronze_tables import kafka_records, write_bronze
+from tests.support.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
+from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
+from tests.support.s3 import PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
+from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -22,8 +22,8 @@ from lakehouse.quality.gates import QualityError, write_gate
 from lakehouse.quality.suites import load_suites
 from lakehouse.settings import Settings
 from silver import reconstruct, row_changes, sessions
-from tests.silver.bronze_fixture import kafka_records, sent_at_event_time, write_bronze
 from tests.support import settings_for
+from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from silver.parsing import INTEGER_VALUES, parse_records
 from silver.session_machine import Lineage, Record, parse_record
-from tests.integration.test_hostile_records import CASES, PREFIX, SENSOR, TOPIC, hostile_messages
+from tests.support.hostile import CASES, PREFIX, SENSOR, TOPIC, hostile_messages
 
 pytestmark = pytest.mark.integration
 

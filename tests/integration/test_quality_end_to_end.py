@@ -20,8 +20,8 @@ from lakehouse.quality.checks import build_data_docs, check_tables
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import Settings
 from silver import reconstruct
-from tests.browser import render
 from tests.support import overrides, run_lakehouse, settings_for
+from tests.support.browser import render
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,17 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.settings import Settings
-from tests.integration.test_bronze import as_tuples, consume_all
-from tests.integration.test_gold import assert_gold_equals_pandas_from_silver
-from tests.integration.test_silver import assert_matches, silver_tables, small_spec
-from tests.silver import reference
-from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
+from tests.support import (
+    foreign_lines,
+    overrides,
+    reference,
+    run_lakehouse,
+    settings_for,
+    start_lakehouse,
+)
+from tests.support.gold import assert_gold_equals_pandas_from_silver
+from tests.support.kafka import as_tuples, consume_all
+from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = pytest.mark.integration
 

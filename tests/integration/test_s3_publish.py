@@ -15,8 +15,8 @@ from lakehouse.errors import LakehouseError
 from lakehouse.quality.publish import publish_site
 from lakehouse.services import s3 as s3_service
 from lakehouse.services.s3 import EmbeddedS3
-from tests.browser import render
 from tests.support import overrides, run_lakehouse, settings_for
+from tests.support.browser import render
 
 pytestmark = pytest.mark.integration
 

@@ -22,12 +22,10 @@ from lakehouse.pipeline import MODELS
 from lakehouse.producer import create_topics
 from lakehouse.settings import Settings
 from silver import reconstruct
-from tests.integration.test_gold import assert_gold_equals_pandas_from_silver
-from tests.integration.test_hostile_records import only
-from tests.integration.test_silver import assert_matches, silver_tables, small_spec
-from tests.silver import reference
-from tests.silver.bronze_fixture import kafka_records, sent_at_event_time, write_bronze
-from tests.support import overrides, run_lakehouse, settings_for
+from tests.support import overrides, reference, run_lakehouse, settings_for
+from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze
+from tests.support.gold import assert_gold_equals_pandas_from_silver
+from tests.support.silver import assert_matches, only, silver_tables, small_spec
 
 pytestmark = pytest.mark.integration
 

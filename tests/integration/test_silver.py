@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,64 +15,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from lakehouse.producer import TrafficSpec, produce
-from lakehouse.settings import Settings
 from silver import reconstruct
 from silver.session_machine import STATE_VERSION
-from tests.integration.test_bronze import consume_all
-from tests.silver import reference
-from tests.silver.bronze_fixture import kafka_records, write_bronze
-from tests.support import overrides, run_lakehouse, settings_for
+from tests.support import overrides, reference, run_lakehouse, settings_for
+from tests.support.bronze_tables import kafka_records, write_bronze
+from tests.support.kafka import consume_all
+from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = pytest.mark.integration
 
 SILVER_FAULTS = ("gap", "duplicate", "reorder", "malformed_json", "missing_field", "wrong_type")
-
-
-def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
-    """The silver tables in the reference's shape."""
-
-    def table(name: str):  # type: ignore[no-untyped-def]
-        return spark.read.format("delta").load(s.storage.table_uri(f"silver.{name}")).collect()
-
-    found = reference.Expected()
-    for r in table("session_rows"):
-        found.rows[((r.topic, r.session_id), r.row_id)] = (
-            r.temperature,
-            r.humidity,
-            r.pressure,
-            r.status,
-            r.counter,
-            r.seq,
-            r.topic,
-            r.partition,
-            r.offset,
-        )
-    for r in table("sessions"):
-        found.sessions[(r.topic, r.session_id)] = (
-            r.status, r.last_seq, r.records, r.rejected, r.table_rows
-        )  # fmt: skip
-    for r in table("violations"):
-        session = None if r.session_id is None else (r.topic, r.session_id)
-        found.violations[(session, r.reason, r.offset)] += 1
-    for r in table("row_changes"):
-        found.changes[((r.topic, r.session_id), r.row_id, r.op, r.seq)] += 1
-    return found
-
-
-def assert_matches(found: reference.Expected, expected: reference.Expected) -> None:
-    assert found.sessions == expected.sessions
-    assert found.violations == expected.violations
-    assert found.rows == expected.rows
-    assert found.changes == expected.changes
-
-
-SMALL_SPEC = TrafficSpec(
-    sensors=2, sessions_per_sensor=3, rows_per_snapshot=6, updates_per_session=15, resync_every=6
-)
-
-
-def small_spec(seed: int, faults: dict[str, int], **fields: Any) -> TrafficSpec:
-    return replace(SMALL_SPEC, seed=seed, faults=faults, **fields)
 
 
 @settings(

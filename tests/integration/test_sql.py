@@ -31,8 +31,8 @@ from lakehouse.services.tls import SelfSigned
 from lakehouse.settings import SQL_PASSWORD_ENV, Settings
 from lakehouse.sql import jdbc_url
 from silver import reconstruct
-from tests.integration.test_gold import INCREMENTS, Bronze
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
+from tests.support.gold import INCREMENTS, Bronze
 
 pytestmark = pytest.mark.integration
 

@@ -29,7 +29,7 @@ from silver.session_machine import (
     Status,
     Violation,
 )
-from tests.silver.test_session_machine import delete, end, raw, rec, snapshot, upsert, vals
+from tests.support.records import delete, end, raw, rec, snapshot, upsert, vals
 
 STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
 CLOCK = Clock(timeout_ms=60_000)

@@ -1,4 +1,7 @@
-"""Helpers for tests: settings and CLI runs pointed at a test's own folder and topics."""
+"""Helpers for tests: settings and CLI runs pointed at a test's own folder and topics.
+
+The package's modules hold what more than one test module uses: no test module imports
+another."""
 
 from __future__ import annotations
 
