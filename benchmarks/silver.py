@@ -266,7 +266,9 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
         state.update((seen,))
         yield pd.DataFrame({"session_id": [key[0]], "rows": [seen]})
 
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix).drop(
+        "clock_time"  # silver feeds it to its watermark only
+    )
     counted = parsed.groupBy("session_id").applyInPandasWithState(
         count,
         "session_id STRING, rows BIGINT",
@@ -394,7 +396,9 @@ def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) 
     from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix).drop(
+        "clock_time"  # silver feeds it to its watermark only
+    )
 
     def with_state(
         key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any

@@ -140,10 +140,13 @@ def _read(bronze: DataFrame) -> DataFrame:
         "partition",
         "offset",
         "kafka_timestamp",
-        # A producer stamps its records (CreateTime): its clock may run ahead of the
-        # pipeline's. A record cannot have been sent after bronze ingested it, so its time
-        # counts for the stream's data clock only up to then.
-        F.least("kafka_timestamp", "ingested_at").alias("clock_timestamp"),
+        # A producer stamps its records (CreateTime, type 0): its clock may run ahead of
+        # the pipeline's. A record cannot have been sent after bronze ingested it, so its
+        # time counts for the stream's data clock only up to then. The broker's own time
+        # (LogAppendTime) counts as it is; no timestamp moves no clock.
+        F.when(F.col("kafka_timestamp_type") == 0, F.least("kafka_timestamp", "ingested_at"))
+        .otherwise(F.col("kafka_timestamp"))
+        .alias("clock_timestamp"),
         "key",
         "value",
         text.alias("text"),

@@ -91,8 +91,9 @@ def with_data_clock(parsed: DataFrame, lateness_seconds: int) -> DataFrame:
     push the watermark ahead and end every session. A producer's clock stamps the Kafka
     timestamp too, and the broker accepts it up to an hour ahead: bounded by ingestion, a
     producer ahead moves the clock only as far as real time, and ends no other sensor's
-    session. An honest record is never later than its ingestion, so the bound changes
-    nothing for it however late the pipeline reads. Only the watermark is bounded: a
+    session while bronze keeps up (docs/operations.md). An honest record is never later
+    than its ingestion, so the bound changes nothing for it however late the pipeline
+    reads. Only the watermark is bounded: a
     session's own clock is its records' Kafka time, so a sensor's wrong clock times its
     own sessions alone.
 

@@ -71,9 +71,9 @@ def test_a_plain_record_reads_in_the_jvm_as_the_protocols_parser_reads_it(
 ) -> None:
     sent = records()
     bronze = spark.createDataFrame(
-        [(TOPIC, 0, offset, key, value, None, None) for offset, (key, value) in enumerate(sent)],
+        [(TOPIC, 0, offset, k, v, None, None, None) for offset, (k, v) in enumerate(sent)],
         "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, "
-        "kafka_timestamp TIMESTAMP, ingested_at TIMESTAMP",
+        "kafka_timestamp TIMESTAMP, kafka_timestamp_type INT, ingested_at TIMESTAMP",
     )
     rows_of: dict[int, list[Any]] = defaultdict(list)
     for row in parse_records(bronze, PREFIX).collect():

@@ -43,18 +43,21 @@ def write_bronze(
 ) -> None:
     """Append the records in `commits` commits, in Kafka order across commits and shuffled
     within each, the way a Spark task layout would leave them. Kafka timestamps are
-    `sent_at(value)`, or one instant for all; all were ingested at `ingested_at`, by
-    default now (after any send: silver's clock counts no record later than that)."""
+    `sent_at(value)`, or one instant for all; a commit's records were ingested at
+    `ingested_at`, by default at the latest of them and those before (silver's clock
+    counts no record later than its ingestion)."""
     delta.create(spark, sensor_records.TABLE, path)
     cuts = sorted(rng.sample(range(1, len(records)), commits - 1)) if commits > 1 else []
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    ingested = ingested_at or datetime.now(UTC)
+    ingested = datetime.min.replace(tzinfo=UTC)
     for batch_id, (start, stop) in enumerate(zip([0, *cuts], [*cuts, len(records)], strict=True)):
         chunk = records[start:stop]
         rng.shuffle(chunk)
+        sent = [sent_at(v) if sent_at else now for *_, v in chunk]
+        ingested = ingested_at or max([ingested, *sent])
         rows = [
-            (t, p, o, k, v, sent_at(v) if sent_at else now, 0, [], ingested, batch_id)
-            for t, p, o, k, v in chunk
+            (t, p, o, k, v, at, 0, [], ingested, batch_id)
+            for (t, p, o, k, v), at in zip(chunk, sent, strict=True)
         ]
         frame = spark.createDataFrame(rows, schema=spark.read.format("delta").load(path).schema)
         frame.coalesce(1).write.format("delta").mode("append").save(path)
