@@ -116,10 +116,11 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
 
     Columns: the session key (sensor_id, the sensor the topic names; session_id, UNKEYED
     when the value names no usable one), topic, partition, offset, kafka_time (ms),
-    clock_time (kafka_time, but never after bronze ingested the record: what the stream's
-    data clock counts), `pos` (the row's place in its snapshot), `plain`, then for plain
-    records the envelope (seq, kind, event_time in microseconds, op) and the row (row_id
-    and its values), and for the others `key` and `value`, the bytes to parse in Python.
+    clock_time (what the stream's data clock counts: kafka_time, a producer's no later
+    than bronze ingested the record), `pos` (the row's place in its snapshot), `plain`,
+    then for plain records the envelope (seq, kind, event_time in microseconds, op) and
+    the row (row_id and its values), and for the others `key` and `value`, the bytes to
+    parse in Python.
     """
     spark = bronze.sparkSession
     # Once per session: a new checkpoint's first run parses, then its steady run again, and

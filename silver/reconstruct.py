@@ -93,9 +93,8 @@ def with_data_clock(parsed: DataFrame, lateness_seconds: int) -> DataFrame:
     producer ahead moves the clock only as far as real time, and ends no other sensor's
     session while bronze keeps up (docs/operations.md). An honest record is never later
     than its ingestion, so the bound changes nothing for it however late the pipeline
-    reads. Only the watermark is bounded: a
-    session's own clock is its records' Kafka time, so a sensor's wrong clock times its
-    own sessions alone.
+    reads. Only the watermark is bounded: a session's own clock is its records' Kafka
+    time, so a sensor's wrong clock times its own sessions alone.
 
     Spark drops rows older than the watermark before a stateful operator sees them,
     silently; a late record must instead reach its session and be judged by its own time.
