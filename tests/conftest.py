@@ -14,20 +14,6 @@ from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
 from tests.support import METASTORE_ENV, settings_for
 
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-"""Every JVM of the tests (Spark's, the broker's, the metastore's, the CLI runs') compiles
-with C1 alone: they live seconds to minutes on little data, where C2's compiling costs more
-than it wins back (a CLI run ~18% faster, docs/testing.md). C1 alone shrinks the code cache
-to 48 MB, which a long `run all` was seen to fill; 240 MB is the JVM's usual size. Never in
-the deployed settings: a long-lived job wants C2's code."""
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # Before any fixture starts a JVM; every process the tests start inherits it.
-    os.environ["JDK_JAVA_OPTIONS"] = (
-        f"{TEST_JVM_OPTIONS} {os.environ.get('JDK_JAVA_OPTIONS', '')}".strip()
-    )
-
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

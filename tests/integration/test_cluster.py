@@ -142,7 +142,8 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
     # A new checkpoint's first batch takes all of bronze: the batch to strike comes after.
     write_bronze(spark, bronze, records[:first], 1, rng)
     reconstruct.run(spark, s)
-    write_bronze(spark, bronze, records[first:], 7, rng)
+    # Three batches for the job: one to commit, one to strike, one after the strike.
+    write_bronze(spark, bronze, records[first:], 3, rng)
     checkpoint = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream"
     log = tmp_path / "silver.log"  # a file, not a pipe nobody reads while the job runs
     job = subprocess.Popen(

@@ -16,12 +16,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import StorageSettings
+from lakehouse.settings import StorageSettings, load_settings
 from lakehouse.streaming import checkpoint_format
-from tests.support import S3_KEYS, lakehouse_command, reference, run_lakehouse, settings_for
+from silver import reconstruct
+from tests.support import S3_KEYS, lakehouse_command, reference
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
@@ -30,7 +32,7 @@ from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-LEASE_SECONDS = 4
+LEASE_SECONDS = 2
 """A killed job's leases free this soon, for the next job."""
 
 BRONZE = "bronze/sensor_records"
@@ -155,9 +157,9 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
         assert b"Connection refused" in added, f"{moment.name}: not in this run's trace"
 
     server.start()
-    rerun = run_lakehouse("run", "bronze", env=env)
+    use_s3(spark, server)
+    sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
     table = read_s3(spark, server, f"{env['LAKEHOUSE__STORAGE__ROOT']}/{BRONZE}")
     rows = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in table.collect()]
     sent = {(t, p, o, v) for t, p, o, _, v, _ in consume_all(kafka_bootstrap, prefix)}
@@ -191,9 +193,9 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
             batches = len(_keys(server, f"{root}/_checkpoints/{BRONZE}/commits/"))
             assert table_version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
 
-    rerun = run_lakehouse("run", "bronze", env=env)
+    use_s3(spark, server)
+    sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
     rows = as_tuples(read_s3(spark, server, f"{root}/{BRONZE}").collect())
     rows += as_tuples(quarantined_rows(spark, StorageSettings(root, "", 60)))
     assert len(rows) == len({r[:3] for r in rows}) == sent.records
@@ -220,8 +222,10 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
     # A new checkpoint's first batch takes all of bronze: the batches to strike come after.
     rng, first = random.Random(21), len(records) // 5
     write_bronze(spark, f"{root}/{BRONZE}", records[:first], 1, rng)
-    begun = run_lakehouse("run", "silver", env=env)
-    assert begun.returncode == 0, begun.stderr[-2000:]
+    # Begun and finished in this process's Spark (a CLI run costs a JVM): only the struck
+    # jobs must be processes of their own.
+    settings = load_settings("local", environ=env)
+    reconstruct.run(spark, settings)
     assert checkpoint_format(spark, f"{root}/_checkpoints/{SILVER}") == "2"  # unique state ids
     # Each job commits one batch and is killed in the next, which its successor redoes.
     write_bronze(spark, f"{root}/{BRONZE}", records[first:], len(SILVER_MOMENTS) + 1, rng)
@@ -230,12 +234,10 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
                              tmp_path / "silver.log")  # fmt: skip
         assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
 
-    rerun = run_lakehouse("run", "silver", env=env)
+    reconstruct.run(spark, settings)
 
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    s = settings_for(tmp_path, "127.0.0.1:9", PREFIX, storage__root=root)
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
-    assert_matches(silver_tables(spark, s), expected)
+    assert_matches(silver_tables(spark, settings), expected)
 
 
 def _keys(server: EmbeddedS3, prefix_uri: str) -> list[str]:

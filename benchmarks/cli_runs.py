@@ -1,0 +1,94 @@
+"""The fixed cost of a CLI run, and what JVM options or Spark settings do to it.
+
+Each variant runs the same four commands on a fresh lake of its own, as a user or a test
+runs them, each a new JVM: `run bronze`, `run silver`, `run gold`, and `run silver` again
+with nothing new (102 records of traffic, so that what is measured is the run, not the
+data). All variants share one broker and one process; the first is the baseline, and each
+prints its ratio to it. `tests/conftest.py` chose the tests' JVM options by this
+(docs/testing.md).
+
+    python -m benchmarks.cli_runs                         # the variants below
+    python -m benchmarks.cli_runs --only c2 c1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import broker, run_environ
+from lakehouse import PROJECT_ROOT
+from lakehouse.producer import TrafficSpec, produce
+
+C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+VARIANTS: dict[str, tuple[dict[str, str], str]] = {
+    # name: (Spark settings, JDK_JAVA_OPTIONS)
+    "c2": ({}, ""),
+    "c1": ({}, C1),
+    "c1-small-code-cache": ({}, "-XX:TieredStopAtLevel=1"),
+    "c1-serial-gc": ({}, f"{C1} -XX:+UseSerialGC"),
+    "no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, ""),
+    "no-adaptive": ({"spark.sql.adaptive.enabled": "false"}, ""),
+    "no-delta-stats": ({"spark.databricks.delta.stats.collect": "false"}, ""),
+}
+COMMANDS = (("run", "bronze"), ("run", "silver"), ("run", "gold"), ("run", "silver"))
+TRAFFIC = TrafficSpec(seed=1, sensors=2, sessions_per_sensor=3, rows_per_snapshot=4,
+                      updates_per_session=12, partitions=2, topic_prefix="cli.")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder, broker(Path(folder)) as bootstrap:
+        records = produce(TRAFFIC, bootstrap).records
+        print(f"{records} records; each variant: {', '.join(' '.join(c) for c in COMMANDS)}")
+        baseline = None
+        for name in args.only:
+            seconds = run_variant(Path(folder) / name, bootstrap, *VARIANTS[name])
+            total = sum(seconds)
+            baseline = baseline or total
+            runs = ", ".join(f"{s:.1f}" for s in seconds)
+            print(f"{name:24} {runs:28} total {total:6.1f} s  ratio {total / baseline:.2f}")
+
+
+def run_variant(root: Path, bootstrap: str, spark_conf: dict[str, str], jvm: str) -> list[float]:
+    """Seconds of each command of `COMMANDS`, run in turn on a lake under `root`."""
+    environ = {
+        **os.environ,
+        **run_environ(
+            root,
+            bootstrap,
+            kafka__topic_prefix=TRAFFIC.topic_prefix,
+            spark__master="local[2]",
+            spark__conf=json.dumps(spark_conf),
+        ),
+        "LAKEHOUSE__STORAGE__LOCAL_STATE": str(root / "_state"),
+        "JDK_JAVA_OPTIONS": jvm,
+    }
+    seconds = []
+    for command in COMMANDS:
+        started = time.perf_counter()
+        ran = subprocess.run(
+            [sys.executable, "-m", "lakehouse.cli", *command],
+            env=environ,
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+        )
+        seconds.append(time.perf_counter() - started)
+        if ran.returncode != 0:
+            raise SystemExit(f"{' '.join(command)} failed: {ran.stderr[-2000:]}")
+    return seconds
+
+
+if __name__ == "__main__":
+    main()
