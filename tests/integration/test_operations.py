@@ -18,7 +18,6 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from bronze import sensor_records
 from lakehouse import catalog
 from lakehouse.pipeline import READERS, STREAMS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
@@ -103,7 +102,8 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     env, settings, root = lake
     first, second = traffic(seed=41), traffic(seed=42, first_sensor=2)
     produce(first, kafka_bootstrap)
-    sensor_records.run(spark, settings)  # in this process: the claims are `status`'s
+    ingested = cli("run", "bronze", env=env)
+    assert ingested.returncode == 0, ingested.stderr[-3000:]
 
     # bronze is stopped; traffic goes on, to a topic it read and to one it never saw
     produce(second, kafka_bootstrap)
@@ -128,7 +128,8 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     assert stalled["seconds_since_batch"] > 0
     assert stalled["waiting"] == f"{sum(expected.values()):,} Kafka records"
 
-    sensor_records.run(spark, settings)
+    caught_up = cli("run", "bronze", env=env)
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
     code, found = status(env, warn=0, error=0)  # ... and past error_after
     assert [p["lag"] for p in found["kafka"]] == [0] * len(found["kafka"])
     assert {t["level"] for t in found["topics"]} == {"ok"} and found["stalls"] == []

@@ -20,19 +20,9 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import load_settings
 from silver import reconstruct
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
-from tests.support.s3 import (
-    COMPARED,
-    PREFIX,
-    SPEC,
-    comparable,
-    read_s3,
-    s3_env,
-    table_version,
-    use_s3,
-)
+from tests.support.s3 import COMPARED, PREFIX, SPEC, comparable, read_s3, s3_env, table_version
 
 pytestmark = pytest.mark.integration
 
@@ -152,13 +142,12 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
         job.send_signal(signal.SIGINT)
         job.wait(120)
     assert job.returncode == 0, output.read_text()[-3000:]
-    # What its last batch left, in batches of any size (silver's answer does not depend
-    # on how bronze is cut into them), in this process's Spark.
-    use_s3(spark, s3)
-    finish = load_settings(
-        "local", environ={**env, "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "1000"}
+    # What its last batch left, in batches of any size: silver's answer does not depend
+    # on how bronze is cut into them.
+    finish = run_lakehouse(
+        "run", "silver", env={**env, "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "1000"}
     )
-    reconstruct.run(spark, finish)
+    assert finish.returncode == 0, finish.stderr[-2000:]
 
     for name in WRITTEN_BY_STREAMS:
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
