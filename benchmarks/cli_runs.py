@@ -2,10 +2,10 @@
 
 Each variant runs the same four commands on a fresh lake of its own, as a user or a test
 runs them, each a new JVM: `run bronze`, `run silver`, `run gold`, and `run silver` again
-with nothing new (102 records of traffic, so that what is measured is the run, not the
+with nothing new (84 records of traffic, so that what is measured is the run, not the
 data). All variants share one broker and one process; the first is the baseline, and each
-prints its ratio to it. `tests/conftest.py` chose the tests' JVM options by this
-(docs/testing.md).
+prints its ratio to it. The CLI runs of the tests take the JVM options of variant `c1`
+(`CLI_JVM_OPTIONS` in tests/support) by this measurement (docs/testing.md).
 
     python -m benchmarks.cli_runs                         # the variants below
     python -m benchmarks.cli_runs --only c2 c1
@@ -27,6 +27,7 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.producer import TrafficSpec, produce
 
 C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+"""C1 alone, with the code cache C2 would have (C1 alone reserves 48 MB)."""
 VARIANTS: dict[str, tuple[dict[str, str], str]] = {
     # name: (Spark settings, JDK_JAVA_OPTIONS)
     "c2": ({}, ""),

@@ -310,12 +310,12 @@ def test_records_waiting_in_window_mode_are_violations_when_their_session_ends_o
 def test_a_producer_clock_ahead_ends_no_other_sensors_session(
     spark: SparkSession, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    """Through the broker: sensor `ahead`'s producer stamps its records 50
-    minutes ahead (the broker accepts up to an hour) and sends a whole session while `b`'s
-    (20 s timeout) is open; `b` sends the rest of it after silver ran. `ahead`'s time counts
-    no later than bronze ingested it, so `b`'s session is not expired by another sensor's
-    clock: every record is applied, both sessions close, and bronze's suite names the lead.
-    (Both jobs run in this process: the claim is about the clock, not the command.)"""
+    """Through the broker: sensor `ahead`'s producer stamps its records 50 minutes ahead (the
+    broker accepts up to an hour) and sends a whole session while `b`'s (20 s timeout) is
+    open; `b` sends the rest of it after silver ran. `ahead`'s time counts no later than
+    bronze ingested it, so `b`'s session is not expired by another sensor's clock: every
+    record is applied, both sessions close, and bronze's suite names the lead. (Both jobs
+    run in this process: the claim is about the clock, not the command.)"""
     prefix = "clock-ahead."
     keys = {"silver__session_timeout_seconds": "20"}
     s = settings_for(tmp_path, kafka_bootstrap, prefix, **keys)
