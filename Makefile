@@ -28,10 +28,15 @@ demo: setup ## the whole pipeline on local services: Kafka -> bronze -> silver -
 demo-cluster: setup ## the demo with every job on a local Spark cluster and every table on local S3
 	LAKEHOUSE_TARGET=local-cluster bash scripts/demo.sh
 
-test: setup ## run the whole test suite against a real broker, Spark and Delta
+# The tests' CLI runs map the classes their JVMs load from this archive (tests/support/cds.py).
+CDS := .state/cds/cli.jsa
+$(CDS): $(VENV)/.installed jvm/pom.xml | setup
+	$(BIN)/python -m tests.support.cds
+
+test: setup $(CDS) ## run the whole test suite against a real broker, Spark and Delta
 	$(BIN)/pytest
 
-test-faults: setup ## only the tests that kill a server, a worker or a job mid-run
+test-faults: setup $(CDS) ## only the tests that kill a server, a worker or a job mid-run
 	$(BIN)/pytest -m faults
 
 test-unit: setup ## only the tests that need no broker or Spark

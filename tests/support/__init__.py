@@ -30,6 +30,13 @@ docs/testing.md). C1 alone shrinks the code cache to 48 MB, which a long `run al
 seen to fill; 240 MB is the JVM's usual size. Not the test process's own JVM, which runs
 for the whole suite (with C1 its in-process jobs were slower), nor the deployed settings."""
 
+CDS_ARCHIVE = PROJECT_ROOT / ".state" / "cds" / "cli.jsa"
+"""The class-data sharing archive of the CLI runs' JVMs, made by `make test` before pytest
+(`tests/support/cds.py`): each JVM maps the classes a run loads rather than parsing and
+verifying them again, and a run ends ~4 s sooner (docs/testing.md). Given through
+`SPARK_SUBMIT_OPTS`, which reaches the JVM spark-submit starts and no other: a JVM of another
+class path (the broker's) would warn on its console. Without the file, runs go as before."""
+
 
 def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str) -> dict[str, str]:
     """Environment variables that isolate a run; `keys` like bronze__trigger_interval="1 second"."""
@@ -46,6 +53,8 @@ def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str
     }
     if METASTORE_ENV in os.environ:
         env[METASTORE_ENV] = os.environ[METASTORE_ENV]
+    if CDS_ARCHIVE.exists():
+        env["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={CDS_ARCHIVE}"
     env.update({f"LAKEHOUSE__{k.upper()}": v for k, v in keys.items()})
     return env
 
@@ -128,6 +137,18 @@ def foreign_lines(output: str) -> list[str]:
     ]
 
 
+def command_lines() -> set[str]:
+    """The command line of every process on the machine now, as `ps` shows them."""
+    lines = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            line = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        except OSError:  # ended meanwhile
+            continue
+        lines.add(line.replace(b"\0", b" ").decode(errors="replace").strip())
+    return lines
+
+
 @contextmanager
 def command_lines_seen(every_s: float = 0.2) -> Iterator[set[str]]:
     """The command line of every process on the machine, as `ps` shows them to any user,
@@ -137,12 +158,7 @@ def command_lines_seen(every_s: float = 0.2) -> Iterator[set[str]]:
 
     def sample() -> None:
         while not stop.is_set():
-            for entry in Path("/proc").iterdir():
-                try:
-                    line = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-                except OSError:  # ended meanwhile
-                    continue
-                seen.add(line.replace(b"\0", b" ").decode(errors="replace").strip())
+            seen.update(command_lines())
             stop.wait(every_s)
 
     sampler = threading.Thread(target=sample, daemon=True, name="command-lines")
