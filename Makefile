@@ -28,7 +28,8 @@ demo: setup ## the whole pipeline on local services: Kafka -> bronze -> silver -
 demo-cluster: setup ## the demo with every job on a local Spark cluster and every table on local S3
 	LAKEHOUSE_TARGET=local-cluster bash scripts/demo.sh
 
-# The tests' CLI runs map the classes their JVMs load from this archive (tests/support/cds.py).
+# The tests' CLI runs map the classes their JVMs load from this archive: the path of
+# CDS_ARCHIVE in tests/support (made by tests/support/cds.py).
 CDS := .state/cds/cli.jsa
 $(CDS): $(VENV)/.installed jvm/pom.xml | setup
 	$(BIN)/python -m tests.support.cds

@@ -26,8 +26,8 @@ TRAFFIC = TrafficSpec(seed=7, sensors=1, sessions_per_sensor=2, rows_per_snapsho
 """Enough to take the paths of a build once: snapshots, updates, a violation, gold."""
 
 
-def make_archive(archive: Path = CDS_ARCHIVE) -> None:
-    began = time.monotonic()
+def make_archive() -> None:
+    began, archive = time.monotonic(), CDS_ARCHIVE
     archive.parent.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
