@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import reduce
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from delta.exceptions import (
     ConcurrentAppendException,
@@ -79,8 +79,7 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
             f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({spec.columns}) USING delta{clauses}"
         )
     else:
-        current = DeltaTable.forPath(spark, location).detail().first()
-        held = dict(current["properties"]) if current else {}
+        held = _properties(spark, location)
         if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
             spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
     catalog.register(spark, spec.name, location)
@@ -118,9 +117,26 @@ def forget_cached_tables(spark: SparkSession) -> None:
 
 def table_id(spark: SparkSession, location: str) -> str:
     """The id Delta gave the table when it was made: a table made again has a new one."""
-    detail = DeltaTable.forPath(spark, location).detail().first()
-    assert detail is not None
-    return str(detail["id"])
+    return str(_metadata(spark, location).id())
+
+
+def _properties(spark: SparkSession, location: str) -> dict[str, str]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    scala_map = _metadata(spark, location).configuration()
+    return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
+
+
+def _metadata(spark: SparkSession, location: str) -> Any:
+    """The Delta table's metadata action (id, properties) as of its latest commit.
+
+    Read from its log, as DESCRIBE DETAIL does not: that one counts the table's files,
+    a Spark job over the whole log (about a second a table in each run that opens it)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    none = jvm.scala.Option.empty()
+    return log.update(False, none, none).metadata()
 
 
 def holds(spark: SparkSession, location: str, txn: Txn) -> bool:

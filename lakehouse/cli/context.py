@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import threading
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 from lakehouse.console import divert, echo
@@ -28,7 +30,13 @@ def spark_for(
     log = log_file(settings, name)
     echo(f"Spark log: {log}", err=True)
     divert(log)
-    return settings, build_spark(settings, app_name=name, extra=extra)
+    # Great Expectations takes ~3 s of Python to import, and the JVM as long to start in a
+    # process of its own: while this thread waits for the JVM, another imports.
+    importing = threading.Thread(target=import_module, args=("great_expectations",), daemon=True)
+    importing.start()
+    spark = build_spark(settings, app_name=name, extra=extra)
+    importing.join()
+    return settings, spark
 
 
 def pairs(counts: dict[str, int]) -> str:
