@@ -100,17 +100,10 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     settings = settings_for(tmp_path, kafka_bootstrap, prefix)
     first = produce(spec(prefix, sensors=1), kafka_bootstrap)
     sensor_records.run(spark, settings)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     topic = f"{prefix}sensor-001"
     first_ends = end_offsets(kafka_bootstrap, topic)
     produce(spec(prefix, sensors=1, seed=99), kafka_bootstrap)
-    # As retention would: the older half of the records bronze has not read are gone.
-    ends = [
-        TopicPartition(topic, p, (first_ends[p] + end) // 2)
-        for p, end in end_offsets(kafka_bootstrap, topic).items()
-    ]
-    for future in admin.delete_records(ends).values():
-        future.result()
+    ends = delete_older_half(kafka_bootstrap, topic, first_ends)
 
     with pytest.raises(LakehouseError) as lost:
         sensor_records.run(spark, settings)
@@ -118,11 +111,10 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     # stands to Kafka's earliest offset, and the command that goes on without it.
     said = str(lost.value)
     assert any(
-        f"offsets {first_ends[tp.partition]:,}..{tp.offset - 1:,} of {topic} partition "
-        f"{tp.partition},"
+        f"offsets {first_ends[t.partition]:,}..{t.offset - 1:,} of {topic} partition {t.partition},"
         in said
-        and f"`lakehouse bronze accept-loss {topic} {tp.partition}`" in said
-        for tp in ends
+        and f"`lakehouse bronze accept-loss {topic} {t.partition}`" in said
+        for t in ends
     ), said
     # Nor may a rebuild from Kafka drop what bronze holds and Kafka does not.
     with pytest.raises(LakehouseError, match=rf"refusing to rebuild bronze.*{topic}/0"):
@@ -147,20 +139,18 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
         kafka_changes.accept(spark, settings, "offsets_lost", topic, 0)
     sensor_records.run(spark, settings)
 
-    held = offsets_held(spark, path)
     last_ends = end_offsets(kafka_bootstrap, topic)
-    assert held == sorted(
-        (topic, tp.partition, offset)
-        for tp in ends
-        for offset in [*range(first_ends[tp.partition]), *range(tp.offset, last_ends[tp.partition])]
+    assert offsets_held(spark, path) == sorted(
+        (topic, t.partition, o)
+        for t in ends
+        for o in [*range(first_ends[t.partition]), *range(t.offset, last_ends[t.partition])]
     )
     recorded = kafka_changes.history(spark, settings)
     assert sorted(
         (r["change"], r["partition"], r["skipped_from"], r["skipped_to"], r["resumed_at"])
         for r in recorded
     ) == [
-        ("offsets_lost", tp.partition, first_ends[tp.partition], tp.offset - 1, tp.offset)
-        for tp in ends
+        ("offsets_lost", t.partition, first_ends[t.partition], t.offset - 1, t.offset) for t in ends
     ]
     assert {r["accepted_by"] for r in recorded} == {getpass.getuser()}
 
@@ -185,14 +175,8 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     with pytest.raises(LakehouseError, match=f"topic {kept} is still in Kafka"):
         kafka_changes.accept(spark, settings, "topic_retired", kept)
     # As an operator does it: the command, its line, and the change recorded with its reason.
-    retired = run_lakehouse(
-        "bronze",
-        "retire-topic",
-        gone,
-        "--reason",
-        "decommissioned",
-        env=overrides(tmp_path, kafka_bootstrap, prefix),
-    )
+    env = overrides(tmp_path, kafka_bootstrap, prefix)
+    retired = run_lakehouse("bronze", "retire-topic", gone, "--reason", "decommissioned", env=env)
     assert retired.returncode == 0, retired.stderr[-2000:]
     assert f"topic_retired    {gone}/0: skipped from offset " in retired.stdout, retired.stdout
     sensor_records.run(spark, settings)
@@ -226,11 +210,9 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         ("topic_retired", gone, 1),
     ]
     # Silver credits each incarnation's records to the sensor its topic names.
-    parsed = parse_records(spark.read.format("delta").load(path), prefix)
-    assert {(r.topic.split("~")[0], r.sensor_id) for r in parsed.collect()} == {
-        (kept, "sensor-001"),
-        (gone, "sensor-002"),
-    }
+    parsed = parse_records(spark.read.format("delta").load(path), prefix).collect()
+    credited = {(r.topic.split("~")[0], r.sensor_id) for r in parsed}
+    assert credited == {(kept, "sensor-001"), (gone, "sensor-002")}
 
 
 def offsets_in_kafka(bootstrap: str, topic: str, named: str | None = None) -> set[tuple]:
@@ -245,6 +227,20 @@ def offsets_in_kafka(bootstrap: str, topic: str, named: str | None = None) -> se
 
 class CutShort(Exception):
     """A command killed at a chosen step."""
+
+
+def delete_older_half(
+    bootstrap: str, topic: str, read_up_to: dict[int, int]
+) -> list[TopicPartition]:
+    """As retention would: the older half of each partition's records after `read_up_to`
+    (what bronze read) are deleted. Where each partition now begins."""
+    ends = [
+        TopicPartition(topic, p, (read_up_to[p] + end) // 2)
+        for p, end in end_offsets(bootstrap, topic).items()
+    ]
+    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_records(ends).values():
+        future.result()
+    return ends
 
 
 def _cut_short(*_: object) -> int:

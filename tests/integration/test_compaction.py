@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -15,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import PROJECT_ROOT, catalog, delta
+from lakehouse import catalog, delta
 from lakehouse.compaction import compact, snapshot, storage
 from lakehouse.errors import LakehouseError
 from lakehouse.incremental import run_models
@@ -23,7 +22,7 @@ from lakehouse.pipeline import MODELS, READERS
 from lakehouse.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.settings import Settings
 from silver import reconstruct
-from tests.support import lakehouse_command, overrides, reference, settings_for
+from tests.support import overrides, reference, settings_for, start_lakehouse
 from tests.support.gold import BASE, INCREMENTS, Bronze
 from tests.support.silver import assert_matches, silver_tables
 
@@ -195,14 +194,7 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     )
     sent = produce(spec, kafka_bootstrap).records
     streams = {
-        layer: subprocess.Popen(
-            lakehouse_command("run", layer, "--continuous"),
-            env={**os.environ, **env},
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        layer: start_lakehouse("run", layer, "--continuous", env=env)
         for layer in ("bronze", "silver")
     }
     try:
@@ -225,7 +217,7 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
         outputs = {layer: job.communicate(timeout=120) for layer, job in streams.items()}
 
     for layer, job in streams.items():
-        assert job.returncode == 0, f"{layer} stream failed: {outputs[layer][1][-2000:]}"
+        assert job.returncode == 0, f"{layer} stream failed: {outputs[layer][0][-2000:]}"
     assert any(r.snapshot_before.files > 1 for c in compactions for r in c)
     # Whatever silver had not read when it stopped, then: the tables still equal a plain
     # reconstruction of everything bronze holds.

@@ -4,7 +4,7 @@ fails, with the intended consequence), through the same gate the streams use."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,10 @@ from lakehouse.quality.suites import load_suites
 from lakehouse.quality.validator import Validator
 from lakehouse.settings import StorageSettings
 from silver import row_changes, session_rows, sessions, violations
+from tests.support.quality import NOW, good_rows, lineage
 
 pytestmark = pytest.mark.integration
 
-NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 SCHEMAS = {
     spec.name: spec.columns
     for spec in (
@@ -35,108 +35,6 @@ SCHEMAS = {
         session_rows.TABLE,
     )
 }
-
-
-def lineage(i: int) -> dict[str, Any]:
-    return {"topic": "sensors.s1", "partition": 0, "offset": 100 + i}
-
-
-def good_rows(table: str) -> list[dict[str, Any]]:
-    """A few rows that every expectation of the table's suite accepts."""
-    if table == "bronze.sensor_records":
-        return [
-            {
-                **lineage(i),
-                "key": b"s1-0",
-                "value": b'{"seq": %d}' % i,
-                "kafka_timestamp": NOW,
-                "kafka_timestamp_type": 0,
-                "headers": [],
-                "ingested_at": NOW,
-                "batch_id": 0,
-            }
-            for i in range(4)
-        ]
-    values = {
-        "temperature": 21.5,
-        "humidity": 40.0,
-        "pressure": 1013.0,
-        "status": "ok",
-        "counter": 7,
-    }
-    if table == "silver.row_changes":
-        snapshot = [
-            {
-                "session_id": "s1-0",
-                "sensor_id": "s1",
-                "row_id": f"r{r}",
-                "op": "snapshot",
-                **values,
-                "seq": 0,
-                "ordinal": r,
-                "event_time": NOW,
-                "batch_id": 0,
-                **lineage(0),
-            }
-            for r in range(3)
-        ]
-        updates = [
-            {**snapshot[0], "op": "update", "seq": seq, "ordinal": 0, **lineage(seq)}
-            for seq in (1, 2, 3)
-        ]
-        resync = {**snapshot[1], "seq": 7, **lineage(7)}  # a snapshot may follow a gap
-        return [*snapshot, *updates, resync]
-    if table == "silver.session_rows":
-        return [
-            {
-                "session_id": "s1-0",
-                "sensor_id": "s1",
-                "row_id": f"r{r}",
-                **values,
-                "seq": 3,
-                "event_time": NOW,
-                **lineage(3),
-            }
-            for r in range(3)
-        ]
-    if table == "silver.sessions":
-        return [
-            {
-                "session_id": f"s1-{s}",
-                "sensor_id": "s1",
-                "status": "open",
-                "first_seq": 0,
-                "last_seq": 9,
-                "records": 2000,
-                "snapshots": 1,
-                "updates": 1999,
-                "rejected": 1,
-                "gaps": 0,
-                "table_rows": 3,
-                "first_event_time": NOW,
-                "last_event_time": NOW + timedelta(minutes=5),
-                "first_topic": "sensors.s1",
-                "first_partition": 0,
-                "first_offset": 1,
-                "updated_batch_id": 0,
-                **lineage(s),
-            }
-            for s in range(3)
-        ]
-    return [
-        {
-            "session_id": "s1-0",
-            "sensor_id": "s1",
-            "reason": reason,
-            "detail": "",
-            "expected_seq": 4,
-            "found_seq": 5,
-            "raw_value": b"{}",
-            "batch_id": 0,
-            **lineage(i),
-        }
-        for i, reason in enumerate(("gap", "duplicate", "quarantined"))
-    ]
 
 
 def change(index: int, **fields: Any) -> Callable[[list[dict[str, Any]]], None]:

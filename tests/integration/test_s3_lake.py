@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
+from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
 from tests.support.s3 import COMPARED, PREFIX, SPEC, comparable, read_s3, s3_env, table_version
@@ -77,21 +79,11 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
     prefix = "compact." + PREFIX
     produce(replace(SPEC, seed=34, topic_prefix=prefix), kafka_bootstrap)
     local = settings_for(tmp_path / "local", kafka_bootstrap, prefix)
-    sensor_records.run(spark, local)
-    ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME)).count()
-    reconstruct.run(spark, local)
-    env = s3_env(
-        tmp_path / "on-s3",
-        kafka_bootstrap,
-        s3,
-        kafka__topic_prefix=prefix,
-        bronze__trigger_interval="1 second",
-        bronze__max_offsets_per_trigger="60",
-        silver__trigger_interval="1 second",
-        silver__max_files_per_trigger="1",
-        compact__stream_every_batches="2",
-    )
+    ingested = _local_reference(spark, local)
+    env = s3_env(tmp_path / "on-s3", kafka_bootstrap, s3, **SMALL_BATCHES_COMPACTED_OFTEN,
+                 kafka__topic_prefix=prefix)  # fmt: skip
     root = env["LAKEHOUSE__STORAGE__ROOT"]
+    bronze_on_s3 = f"{root}/bronze/sensor_records"
     output = tmp_path / "all.out"
     # Both streams in one application, as deployed; gold's schedule is not what is tested.
     job = subprocess.Popen(
@@ -102,17 +94,12 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 300
-        while not (
-            _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested)
-            and "silver.row_changes: compacting" in output.read_text()
-        ):
-            assert time.monotonic() < deadline, "bronze ingested not all, or silver compacted not"
-            assert job.poll() is None, output.read_text()[-3000:]
-            time.sleep(2)
-
+        _until(
+            lambda: _bronze_holds(spark, s3, bronze_on_s3, ingested)
+            and "silver.row_changes: compacting" in output.read_text(),
+            job, output, "bronze ingested not all, or silver compacted not",
+        )  # fmt: skip
         refused = run_lakehouse("compact", "silver.row_changes", env=env)
-
         assert refused.returncode == 1, refused.stdout + refused.stderr
         assert "leased to the silver stream@" in refused.stderr
         assert "compacts the tables it writes itself" in refused.stderr
@@ -124,20 +111,12 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
         time.sleep(30)
         s3.start()
         produce(replace(SPEC, seed=35, first_sensor=3, topic_prefix=prefix), kafka_bootstrap)
-        sensor_records.run(spark, local)
-        reconstruct.run(spark, local)
-        ingested = spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME))
-        deadline = time.monotonic() + 300
-        while not _bronze_holds(spark, s3, f"{root}/bronze/sensor_records", ingested.count()):
-            assert time.monotonic() < deadline, "bronze did not go on after the outage"
-            assert job.poll() is None, output.read_text()[-3000:]
-            time.sleep(2)
-        restarts = [line for line in output.read_text().splitlines() if "; restarting in " in line]
+        ingested = _local_reference(spark, local)
+        _until(lambda: _bronze_holds(spark, s3, bronze_on_s3, ingested), job, output,
+               "bronze did not go on after the outage")  # fmt: skip
         # Both streams felt the outage, and each was restarted (not stopped for good).
-        for part in ("bronze", "silver"):
-            assert any(
-                line.startswith(f"{part}: ") and "did not answer" in line for line in restarts
-            ), restarts
+        said = output.read_text()
+        assert _restarted(said, "bronze") and _restarted(said, "silver"), said[-3000:]
     finally:
         job.send_signal(signal.SIGINT)
         job.wait(120)
@@ -153,6 +132,46 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
         assertDataFrameEqual(comparable(on_s3), comparable(on_disk), checkRowOrder=False)
+    _assert_compacted_by_their_streams(spark, root)
+
+
+SMALL_BATCHES_COMPACTED_OFTEN = {
+    "bronze__trigger_interval": "1 second",
+    "bronze__max_offsets_per_trigger": "60",
+    "silver__trigger_interval": "1 second",
+    "silver__max_files_per_trigger": "1",
+    "compact__stream_every_batches": "2",
+}
+
+
+def _restarted(output: str, part: str) -> bool:
+    """Whether `part` of a supervised run failed on storage that did not answer, and was
+    restarted."""
+    return any(
+        line.startswith(f"{part}: ") and "did not answer" in line and "; restarting in " in line
+        for line in output.splitlines()
+    )
+
+
+def _local_reference(spark: SparkSession, local: Settings) -> int:
+    """Bronze and silver on local disk, from what Kafka holds now: bronze's record count."""
+    sensor_records.run(spark, local)
+    reconstruct.run(spark, local)
+    return spark.read.format("delta").load(local.storage.table_uri(sensor_records.NAME)).count()
+
+
+def _until(
+    condition: Callable[[], bool], job: subprocess.Popen[bytes], output: Path, what: str
+) -> None:
+    """Poll `condition` while the job runs, for at most 5 minutes."""
+    deadline = time.monotonic() + 300
+    while not condition():
+        assert time.monotonic() < deadline, what
+        assert job.poll() is None, output.read_text()[-3000:]
+        time.sleep(2)
+
+
+def _assert_compacted_by_their_streams(spark: SparkSession, root: str) -> None:
     for name in ("bronze.sensor_records", "silver.row_changes"):
         history = spark.sql(f"DESCRIBE HISTORY delta.`{root}/{name.replace('.', '/')}`")
         operations = {r["version"]: r["operation"] for r in history.collect()}
