@@ -238,7 +238,8 @@ def delete_older_half(
         TopicPartition(topic, p, (read_up_to[p] + end) // 2)
         for p, end in end_offsets(bootstrap, topic).items()
     ]
-    for future in AdminClient({"bootstrap.servers": bootstrap}).delete_records(ends).values():
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until its futures are done
+    for future in admin.delete_records(ends).values():
         future.result()
     return ends
 

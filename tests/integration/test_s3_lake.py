@@ -127,7 +127,6 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
         "run", "silver", env={**env, "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "1000"}
     )
     assert finish.returncode == 0, finish.stderr[-2000:]
-
     for name in WRITTEN_BY_STREAMS:
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))
