@@ -91,7 +91,7 @@ def run_build(args: argparse.Namespace) -> int:
         for line in pipeline.plan(graph, chosen):
             echo(f"  {line}")
         return 0
-    _, spark = spark_for(args, "build")
+    _, spark = spark_for(args, "build", validates=True)
     metrics.serve(settings.metrics, "build")
     runner = pipeline.NodeRunner(spark, settings, full_refresh=args.full_refresh)
     results = walk(settings, graph, chosen, runner, args)

@@ -19,10 +19,14 @@ def settings_of(args: argparse.Namespace) -> Settings:
 
 
 def spark_for(
-    args: argparse.Namespace, app: str, extra: dict[str, str] | None = None
+    args: argparse.Namespace,
+    app: str,
+    extra: dict[str, str] | None = None,
+    validates: bool = False,
 ) -> tuple[Settings, SparkSession]:
     """The target's settings and a Spark application named `lakehouse-<app>`, whose log
-    (Spark's, the JVM's, Python's warnings) is named once on the console."""
+    (Spark's, the JVM's, Python's warnings) is named once on the console. `validates`: the
+    command runs Great Expectations (a walk of the graph, its checks or its report)."""
     from lakehouse.spark import build_spark, log_file
 
     settings = settings_of(args)
@@ -30,6 +34,8 @@ def spark_for(
     log = log_file(settings, name)
     echo(f"Spark log: {log}", err=True)
     divert(log)
+    if not validates:
+        return settings, build_spark(settings, app_name=name, extra=extra)
     # Great Expectations takes ~3 s of Python to import, and the JVM as long to start in a
     # process of its own: while this thread waits for the JVM, another imports.
     importing = threading.Thread(target=import_module, args=("great_expectations",), daemon=True)

@@ -141,7 +141,7 @@ def run_layer(args: argparse.Namespace) -> None:
         raise LakehouseError("--trace applies to `run silver` and `run all` only")
     if args.layer == "all" and args.full_refresh:
         raise LakehouseError("--full-refresh applies to one layer: `run bronze --full-refresh`")
-    settings, spark = spark_for(args, args.layer)
+    settings, spark = spark_for(args, args.layer, validates=True)
     metrics.serve(settings.metrics, args.layer)
     graph = pipeline.graph(settings)
     models = select(

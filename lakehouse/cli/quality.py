@@ -49,7 +49,7 @@ def run_check(args: argparse.Namespace) -> int:
     from lakehouse.cli.build import walk
     from lakehouse.graph import check_name, select
 
-    settings, spark = spark_for(args, "check")
+    settings, spark = spark_for(args, "check", validates=True)
     graph = pipeline.graph(settings)
     chosen = args.select
     selector = f"layer:{chosen},type:check" if chosen in LAYERS else check_name(chosen or "")
@@ -73,7 +73,7 @@ def run_report(args: argparse.Namespace) -> None:
     from lakehouse.quality.plots_page import write_plots_page
     from lakehouse.quality.tables_page import write_tables_page
 
-    settings, spark = spark_for(args, "report")
+    settings, spark = spark_for(args, "report", validates=True)
     index = build_data_docs(settings)
     manifest = pipeline.manifest(settings, pipeline.graph(settings))
     tables = write_tables_page(index.parent, manifest, latest_checks(spark, settings))
