@@ -36,6 +36,7 @@ project) for the rest of the process."""
 
 STATE_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 
 
 SECRET = re.compile(r"(?i)secret|password|token|access[.]?key")
@@ -80,6 +81,12 @@ def build_spark(
         "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
         "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
         "spark.sql.session.timeZone": "UTC",
+        # Spark keeps the classes it generates for 100 plans (by their source) and compiles
+        # again any plan it evicted. One silver batch runs about 136 plans (its stream,
+        # MERGEs, appends, checks, Delta's snapshots), so with 100 every batch compiled
+        # about 220 classes anew, and the JVM compiled them again; with room for them all,
+        # a steady batch compiles none (docs/benchmarks.md).
+        CODEGEN_CACHE: "1000",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         "spark.ui.showConsoleProgress": "false",
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
