@@ -84,7 +84,7 @@ def build_spark(
         # Spark keeps the classes it generates for 100 plans (by their source) and compiles
         # again any plan it evicted. One silver batch runs about 136 plans (its stream,
         # MERGEs, appends, checks, Delta's snapshots), so with 100 every batch compiled
-        # about 220 classes anew, and the JVM compiled them again; with room for them all,
+        # about 240 classes anew, and the JVM compiled them again; with room for them all,
         # a steady batch compiles none (docs/benchmarks.md).
         CODEGEN_CACHE: "1000",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
