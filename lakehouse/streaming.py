@@ -36,14 +36,15 @@ def run_foreach_batch(
     checkpoint: str,
     write: Callable[[DataFrame, Txn], None],
     trigger_interval: str | None,
-    unlimited: DataFrame | None = None,
+    unlimited: Callable[[], DataFrame] | None = None,
     progress_to: tuple[str, str] | None = None,
     stop: threading.Event | None = None,
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
-    `unlimited`, the same query without the source's read limits, is what a new
+    `unlimited` makes the same query without the source's read limits, which a new
     checkpoint runs first, to the end of its input: its first batch takes all there is.
+    Made only then: planning a query costs a driver's second or so.
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM)."""
     query_id: list[str] = []
@@ -85,7 +86,7 @@ def run_foreach_batch(
     # without data that ends what the first batch's watermark made due would wait for the
     # next data (a query restarted has no last batch to ask whether another is needed).
     if unlimited is not None and checkpoint_format(spark, checkpoint) is None:
-        run(unlimited, availableNow=True)
+        run(unlimited(), availableNow=True)
         if stats.stopped or trigger_interval is None:
             return stats
     if trigger_interval is None:

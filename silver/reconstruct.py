@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -504,7 +505,7 @@ def run(
         # or compaction rewrote old records into new files. Sessions are sorted within a
         # batch only, so a new checkpoint takes all of bronze in its first batch.
         limited = sessions_from_bronze(settings.silver.max_files_per_trigger)
-        whole = sessions_from_bronze(2**31 - 1)
+        whole = partial(sessions_from_bronze, 2**31 - 1)
         recorded = ("silver", progress.create(spark, settings.storage, "silver"))
         return run_foreach_batch(
             limited, QUERY_NAME, checkpoint, write, interval, whole, recorded, stop
