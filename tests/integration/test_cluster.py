@@ -42,7 +42,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
+def started_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluster]:
     home = tmp_path_factory.mktemp("cluster-state")
     cluster = EmbeddedCluster.under(home, workers=2, cores=1, memory="1g")
     cluster.start()
@@ -50,6 +50,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCluste
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def cluster(started_cluster: EmbeddedCluster) -> EmbeddedCluster:
+    """The module's cluster with every worker up: a worker a test killed comes back here,
+    before a test that needs it, rather than after the last test."""
+    started_cluster.start()
+    return started_cluster
 
 
 def on_cluster(env: dict[str, str], cluster: EmbeddedCluster) -> dict[str, str]:
@@ -164,7 +172,6 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
         job.wait(600)
     finally:
         job.kill()
-        cluster.start()  # the lost worker back, for whatever runs next
 
     # As docs/operations.md says: the executor is replaced and the job goes on, no rerun.
     errors = log.read_text()
