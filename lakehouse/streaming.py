@@ -44,7 +44,7 @@ def run_foreach_batch(
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
     `unlimited` makes the same query without the source's read limits, which a new
     checkpoint runs first, to the end of its input: its first batch takes all there is.
-    Made only then: planning a query costs a driver's second or so.
+    Made only then: planning the query costs the driver about half a second.
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM)."""
     query_id: list[str] = []

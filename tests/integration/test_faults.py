@@ -27,7 +27,7 @@ from tests.support import S3_KEYS, lakehouse_command, reference
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
-from tests.support.s3 import PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
+from tests.support.s3 import FAIL_FAST, PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
 from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -131,9 +131,7 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
         kafka__topic_prefix=prefix,
         bronze__max_offsets_per_trigger="30",
         storage__lease_seconds=str(LEASE_SECONDS),
-        # Fail within seconds of S3 going away, not after S3A's minutes of retries.
-        spark__conf='{"spark.hadoop.fs.s3a.retry.limit": "1", '
-        '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
+        spark__conf=FAIL_FAST,
     )
     traced: dict[Path, int] = {}  # the bytes of each trace file before this run
     for key, moment in BRONZE_MOMENTS.items():

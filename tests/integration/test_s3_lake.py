@@ -24,7 +24,16 @@ from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
-from tests.support.s3 import COMPARED, PREFIX, SPEC, comparable, read_s3, s3_env, table_version
+from tests.support.s3 import (
+    COMPARED,
+    FAIL_FAST,
+    PREFIX,
+    SPEC,
+    comparable,
+    read_s3,
+    s3_env,
+    table_version,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -137,9 +146,7 @@ PARTS = ("bronze", "silver")
 """The streams of `run all`, each restarted on its own when it fails."""
 
 SMALL_BATCHES_COMPACTED_OFTEN = {
-    # A part fails within seconds of S3 going away, not after S3A's minutes of retries.
-    "spark__conf": '{"spark.hadoop.fs.s3a.retry.limit": "1", '
-    '"spark.hadoop.fs.s3a.attempts.maximum": "1"}',
+    "spark__conf": FAIL_FAST,
     "bronze__trigger_interval": "1 second",
     "bronze__max_offsets_per_trigger": "60",
     "silver__trigger_interval": "1 second",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +22,11 @@ COMPARED = (
     "silver.session_rows", "gold.session_summary", "gold.sensor_hourly", "gold.sensor_daily",
 )  # fmt: skip
 
+
+FAIL_FAST = json.dumps({"spark.hadoop.fs.s3a.retry.limit": "1",
+                        "spark.hadoop.fs.s3a.attempts.maximum": "1"})  # fmt: skip
+"""`spark.conf` of a run that fails within seconds of S3 going away, not after S3A's
+minutes of retries: for tests that take S3 away under a job."""
 
 PIPELINE = (("storage", "init"), ("run", "all"), ("check",))
 """Every command of a run, each expected to succeed: the traffic's faults are quarantined."""
