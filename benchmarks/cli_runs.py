@@ -5,7 +5,8 @@ runs them, each a new JVM: `run bronze`, `run silver`, `run gold`, and `run silv
 with nothing new (84 records of traffic, so that what is measured is the run, not the
 data). All variants share one broker and one process; the first is the baseline, and each
 prints its ratio to it. The CLI runs of the tests take the JVM options of variant `c1`
-(`CLI_JVM_OPTIONS` in tests/support) by this measurement (docs/testing.md).
+(`CLI_JVM_OPTIONS` in tests/support) by this measurement (docs/testing.md), and the Spark
+settings of `c1-interpreted`.
 
     python -m benchmarks.cli_runs                         # the variants below
     python -m benchmarks.cli_runs --only c2 c1
@@ -28,6 +29,12 @@ from lakehouse.producer import TrafficSpec, produce
 
 C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 """C1 alone, with the code cache C2 would have (C1 alone reserves 48 MB)."""
+INTERPRETED = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+"""No generated code at all: every plan interpreted, no class compiled (Spark's internal
+setting that its own tests use)."""
 VARIANTS: dict[str, tuple[dict[str, str], str]] = {
     # name: (Spark settings, JDK_JAVA_OPTIONS)
     "c2": ({}, ""),
@@ -35,6 +42,8 @@ VARIANTS: dict[str, tuple[dict[str, str], str]] = {
     "c1-small-code-cache": ({}, "-XX:TieredStopAtLevel=1"),
     "c1-serial-gc": ({}, f"{C1} -XX:+UseSerialGC"),
     "no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, ""),
+    "c1-no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, C1),
+    "c1-interpreted": (INTERPRETED, C1),
     "no-adaptive": ({"spark.sql.adaptive.enabled": "false"}, ""),
     "no-delta-stats": ({"spark.databricks.delta.stats.collect": "false"}, ""),
 }

@@ -127,16 +127,39 @@ def _properties(spark: SparkSession, location: str) -> dict[str, str]:
     return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
 
 
-def _metadata(spark: SparkSession, location: str) -> Any:
-    """The Delta table's metadata action (id, properties) as of its latest commit.
+@dataclass(frozen=True)
+class Latest:
+    """A table's latest commit as its log gives it."""
 
-    Read from its log, as DESCRIBE DETAIL does not: that one counts the table's files,
-    a Spark job over the whole log (about a second a table in each run that opens it)."""
+    version: int
+    table_id: str
+    size_bytes: int
+
+
+def latest(spark: SparkSession, location: str) -> Latest:
+    """The table's latest version, id and size, without a Spark job: the size comes from
+    the checksum file Delta writes with each commit (computed only for a commit without
+    one), where DESCRIBE DETAIL counts the table's files in a job (about a second a table
+    in a new application)."""
+    snapshot = _snapshot(spark, location)
+    known = snapshot.sizeInBytesIfKnown()
+    size = known.get() if known.isDefined() else snapshot.sizeInBytes()
+    return Latest(int(snapshot.version()), str(snapshot.metadata().id()), int(size))
+
+
+def _metadata(spark: SparkSession, location: str) -> Any:
+    """The Delta table's metadata action (id, properties) as of its latest commit, read
+    from its log (not DESCRIBE DETAIL's job, above)."""
+    return _snapshot(spark, location).metadata()
+
+
+def _snapshot(spark: SparkSession, location: str) -> Any:
+    """Delta's snapshot of the table's latest commit: its log read, its state not computed."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
     none = jvm.scala.Option.empty()
-    return log.update(False, none, none).metadata()
+    return log.update(False, none, none)
 
 
 def holds(spark: SparkSession, location: str, txn: Txn) -> bool:

@@ -345,10 +345,8 @@ def pin(spark: SparkSession, name: str, uri: str) -> Source:
     """The table's current version, which the whole run reads."""
     if not catalog.is_delta(spark, uri):
         raise LakehouseError(f"{name} does not exist yet at {uri}: run the layer that builds it")
-    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
-    version = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()
-    assert detail is not None and version is not None
-    return Source(name, uri, int(version["version"]), str(detail["id"]), int(detail["sizeInBytes"]))
+    found = delta.latest(spark, uri)
+    return Source(name, uri, found.version, found.table_id, found.size_bytes)
 
 
 def changes_between(spark: SparkSession, uri: str, first: int, last: int) -> DataFrame:

@@ -23,12 +23,18 @@ S3_KEYS = ("lakehouse", "s3-lake-secret")
 METASTORE_ENV = "LAKEHOUSE__CATALOG__METASTORE"
 """Set by the `metastore` fixture for the whole run: every test shares its catalog."""
 
-CLI_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+CLI_JVM_OPTIONS = (
+    "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
+    "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+)
 """The JVM of each CLI run compiles with C1 alone: it lives seconds to minutes on little
 data, where C2's compiling costs more than it wins back (a run ~18% faster,
 docs/testing.md). C1 alone shrinks the code cache to 48 MB, which a long `run all` was
-seen to fill; 240 MB is the JVM's usual size. Not the test process's own JVM, which runs
-for the whole suite (with C1 its in-process jobs were slower), nor the deployed settings."""
+seen to fill; 240 MB is the JVM's usual size. Its Spark interprets every plan rather than
+generating and compiling classes for it (Spark reads `spark.*` system properties as
+settings): four runs 0.85 of the time (`python -m benchmarks.cli_runs`). Not the test
+process's own JVM, which runs for the whole suite and keeps its generated classes: the
+claims about a job's result are made on the plans as deployed. Nor the deployed settings."""
 
 CDS_ARCHIVE = PROJECT_ROOT / ".state" / "cds" / "cli.jsa"
 """The class-data sharing archive of the CLI runs' JVMs, made by `make test` before pytest
