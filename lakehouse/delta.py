@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import reduce
@@ -83,6 +84,14 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
         if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
             spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
     catalog.register(spark, spec.name, location)
+
+
+def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:
+    """`create` each table (location -> spec), side by side: a new lake's tables each wait
+    on their first commit and the catalog, not on each other."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for done in [pool.submit(create, spark, spec, uri) for uri, spec in tables.items()]:
+            done.result()
 
 
 def _pairs(properties: dict[str, str]) -> str:

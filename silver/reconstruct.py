@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +38,7 @@ from lakehouse.streaming import (
     nothing_after_batch,
     run_foreach_batch,
 )
+from lakehouse.tables import TableSpec
 from silver import (
     outputs,
     row_changes,
@@ -407,8 +408,7 @@ def run(
             fs, path = catalog.hadoop_fs(spark, checkpoint)
             fs.delete(path, True)
         uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
-        for spec in TABLES:
-            delta.create(spark, spec, uri[spec.name])
+        delta.create_all(spark, {uri[spec.name]: spec for spec in TABLES})
         # A batch without data runs when the watermark moved, so that silent sessions
         # expire without waiting for more data; it moves only with data, so a run ends.
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -444,15 +444,17 @@ def run(
             admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
             gate.refuse_failures(batch.sparkSession)
 
-            def appends() -> None:
+            def record() -> None:
                 gate.record(rebuild, batch.sparkSession)
-                for spec in (row_changes.TABLE, violations.TABLE, state_transitions.TABLE):
-                    if spec.name not in written:
-                        continue
+
+            def append(spec: TableSpec) -> Callable[[], None]:
+                def write() -> None:
                     rows = admitted.get(spec.name)
                     if rows is None:
                         rows = outputs.select(batch, spec, txn.version)
                     (delta.replace if rebuild else delta.append)(rows, uri[spec.name], txn)
+
+                return write
 
             def merge_rows() -> None:
                 changes = admitted.get(row_changes.NAME)
@@ -469,13 +471,16 @@ def run(
                 if sessions.NAME in admitted:
                     sessions.write(admitted[sessions.NAME], uri[sessions.NAME], txn, rebuild)
 
-            # The tables are independent: while one thread appends, the others merge, so
-            # that each one's planning and commits (mostly waiting, on storage and on the
+            # The tables are independent: each is written by a thread of its own, so that
+            # each one's planning and commits (mostly waiting, on storage and on the
             # driver) overlap the others' work. All write under the batch's one
             # transaction (the MERGEs read theirs from session settings, the same for
             # both), so none can give another a wrong one.
-            with ThreadPoolExecutor(max_workers=3) as pool:
-                for done in [pool.submit(w) for w in (appends, merge_rows, merge_sessions)]:
+            appended = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE)
+            writes = [record, merge_rows, merge_sessions]
+            writes += [append(spec) for spec in appended if spec.name in written]
+            with ThreadPoolExecutor(max_workers=len(writes)) as pool:
+                for done in [pool.submit(w) for w in writes]:
                     done.result()
 
         def write(batch: DataFrame, txn: Txn) -> None:

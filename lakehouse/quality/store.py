@@ -120,8 +120,8 @@ def create_tables(
 ) -> None:
     """The writer's results table and the quarantine tables of `layers`; the view over
     every writer's results."""
-    for spec in (results_table(writer), *(quarantine_table(layer) for layer in layers)):
-        delta.create(spark, spec, storage.table_uri(spec.name))
+    specs = (results_table(writer), *(quarantine_table(layer) for layer in layers))
+    delta.create_all(spark, {storage.table_uri(spec.name): spec for spec in specs})
     names = [results_table(w).name for w in WRITERS]
     catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
 
