@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from lakehouse import catalog, lease
+from lakehouse import catalog, delta, lease
 from lakehouse.console import duration, echo, size
 from lakehouse.delta import retry_on_conflict
 from lakehouse.errors import LakehouseError, explain
@@ -148,13 +148,23 @@ def _compact(
 ) -> Compaction:
     """OPTIMIZE, then VACUUM, one table; its files and bytes before and after."""
     echo(f"{name}: compacting ...")
-    before = snapshot(spark, location), storage(spark, location)
-    optimize = f"OPTIMIZE delta.`{location}`"
-    retry_on_conflict(lambda: spark.sql(optimize), name)
-    if vacuum:
+    table, stored = snapshot(spark, location), storage(spark, location)
+    # A table without files has nothing to bin-pack; storage holding no more data files
+    # than the table names holds none that VACUUM could delete. A stream compacting its
+    # tables every few batches mostly meets such tables: no job for them.
+    optimized = table.files > 0
+    if optimized:
+        optimize = f"OPTIMIZE delta.`{location}`"
+        retry_on_conflict(lambda: spark.sql(optimize), name)
+    vacuumed = vacuum and (optimized or stored.files > table.files)
+    if vacuumed:
         spark.sql(f"VACUUM delta.`{location}` RETAIN {hours} HOURS")
     result = Compaction(
-        name, before[0], snapshot(spark, location), before[1], storage(spark, location)
+        name,
+        table,
+        snapshot(spark, location) if optimized else table,
+        stored,
+        storage(spark, location) if optimized or vacuumed else stored,
     )
     echo(f"  {result.describe()}")
     return result
@@ -188,10 +198,9 @@ def check_retention(
 
 
 def snapshot(spark: SparkSession, location: str) -> Footprint:
-    """The files the table's current version names."""
-    detail = spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()
-    assert detail is not None
-    return Footprint(int(detail["numFiles"]), int(detail["sizeInBytes"]))
+    """The files the table's current version names, from its log."""
+    found = delta.latest(spark, location)
+    return Footprint(found.files, found.size_bytes)
 
 
 def storage(spark: SparkSession, location: str) -> Footprint:

@@ -96,6 +96,8 @@ def transient(error: BaseException | str) -> bool:
     data or a state schema: they fail the same way again."""
     if isinstance(error, LakehouseError):
         return isinstance(error, Unavailable)
+    if _server_failed(error):
+        return True
     chain = cause_chain(error)
     own = [t for t in chain if t.name.startswith(_OWN_PACKAGES)]
     if own:  # the project's own word, raised in a batch and read back from its trace
@@ -106,6 +108,15 @@ def transient(error: BaseException | str) -> bool:
         t.name in _NO_ANSWER or t.name in _RETRIABLE or _LOST_EXECUTOR.search(t.message)
         for t in chain
     )
+
+
+def _server_failed(error: BaseException | str) -> bool:
+    """An S3 client's error for a 5xx answer (InternalError, ServiceUnavailable, SlowDown):
+    the server's own failure, which S3A retries as `AWSStatus500Exception` and which the
+    lease client meets too (a server restarting answers 500 before its storage is up)."""
+    response = getattr(error, "response", None)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if response else None
+    return isinstance(status, int) and status >= 500
 
 
 def first_line(error: BaseException | str) -> str:

@@ -4,7 +4,7 @@ the JVM hands them over) and, where Spark gives only text, by the traces that te
 from __future__ import annotations
 
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from lakehouse.errors import Thrown, cause_chain, describe, explain, transient
 
@@ -66,6 +66,16 @@ def test_the_lease_clients_refused_connection_is_object_storage_too() -> None:
         "object storage at 127.0.0.1:41457 did not answer (Could not connect to the endpoint "
         'URL: "http://127.0.0.1:41457/lake/_leases/t"): is the S3 server up?'
     )
+
+
+def test_a_server_error_answered_to_the_lease_client_is_retried_and_a_refusal_is_not() -> None:
+    def answered(status: int, code: str) -> ClientError:
+        body = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return ClientError(body, "GetObject")
+
+    assert transient(answered(500, "InternalError"))
+    assert transient(answered(503, "SlowDown"))
+    assert not transient(answered(403, "InvalidAccessKeyId"))
 
 
 def test_a_refused_connection_under_the_kafka_client_is_the_broker_not_storage() -> None:
