@@ -543,7 +543,11 @@ def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dic
         frame = spark.read.format("delta").load(settings.storage.table_uri(table))
         return {r[column]: r["count"] for r in sorted(frame.groupBy(column).count().collect())}
 
-    return grouped(sessions.NAME, "status"), grouped(violations.NAME, "reason")
+    # Side by side: a run's last two jobs, each mostly its table's log read and planning.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        by_status = pool.submit(grouped, sessions.NAME, "status")
+        by_reason = pool.submit(grouped, violations.NAME, "reason")
+        return by_status.result(), by_reason.result()
 
 
 def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:

@@ -292,7 +292,7 @@ class BatchGate:
         if self.quarantined:
             rows = reduce(DataFrame.unionByName, self.quarantined)
             (delta.replace if rebuild else delta.append)(rows, diverted, self.txn)
-        elif rebuild and catalog.is_delta(spark, diverted):
+        elif rebuild and catalog.is_delta(spark, diverted) and delta.latest(spark, diverted).files:
             delta.replace(spark.read.format("delta").load(diverted).limit(0), diverted, self.txn)
 
 

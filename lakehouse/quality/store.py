@@ -121,9 +121,14 @@ def create_tables(
     """The writer's results table and the quarantine tables of `layers`; the view over
     every writer's results."""
     specs = (results_table(writer), *(quarantine_table(layer) for layer in layers))
+    results = storage.table_uri(results_table(writer).name)
+    new = not catalog.is_delta(spark, results)
     delta.create_all(spark, {storage.table_uri(spec.name): spec for spec in specs})
-    names = [results_table(w).name for w in WRITERS]
-    catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
+    # The view names every writer's table there is: made again when one is new (or the
+    # catalog lost it), not on every start of a job.
+    if new or not spark.catalog.tableExists(RESULTS_VIEW):
+        names = [results_table(w).name for w in WRITERS]
+        catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
 
 
 def quarantine_frame(
