@@ -444,17 +444,11 @@ def run(
             admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
             gate.refuse_failures(batch.sparkSession)
 
-            def record() -> None:
-                gate.record(rebuild, batch.sparkSession)
-
-            def append(spec: TableSpec) -> Callable[[], None]:
-                def write() -> None:
-                    rows = admitted.get(spec.name)
-                    if rows is None:
-                        rows = outputs.select(batch, spec, txn.version)
-                    (delta.replace if rebuild else delta.append)(rows, uri[spec.name], txn)
-
-                return write
+            def append(spec: TableSpec) -> None:
+                rows = admitted.get(spec.name)
+                if rows is None:
+                    rows = outputs.select(batch, spec, txn.version)
+                (delta.replace if rebuild else delta.append)(rows, uri[spec.name], txn)
 
             def merge_rows() -> None:
                 changes = admitted.get(row_changes.NAME)
@@ -477,8 +471,9 @@ def run(
             # transaction (the MERGEs read theirs from session settings, the same for
             # both), so none can give another a wrong one.
             appended = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE)
-            writes = [record, merge_rows, merge_sessions]
-            writes += [append(spec) for spec in appended if spec.name in written]
+            writes: list[Callable[[], None]] = [merge_rows, merge_sessions]
+            writes.append(partial(gate.record, rebuild, batch.sparkSession))
+            writes += [partial(append, spec) for spec in appended if spec.name in written]
             with ThreadPoolExecutor(max_workers=len(writes)) as pool:
                 for done in [pool.submit(w) for w in writes]:
                     done.result()
