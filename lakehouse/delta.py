@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import reduce
+from functools import partial, reduce
 from typing import Any, TypeVar
 
 from delta.exceptions import (
@@ -89,9 +89,16 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
 def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:
     """`create` each table (location -> spec), side by side: a new lake's tables each wait
     on their first commit and the catalog, not on each other."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for done in [pool.submit(create, spark, spec, uri) for uri, spec in tables.items()]:
-            done.result()
+    side_by_side([partial(create, spark, spec, uri) for uri, spec in tables.items()], 4)
+
+
+def side_by_side(calls: Sequence[Callable[[], T]], at_most: int | None = None) -> list[T]:
+    """Run `calls` on threads of their own (`at_most` at once), each one's result in
+    order; the first to fail raises, once all have ended. For work on independent tables,
+    mostly waiting on storage and the driver: planning, commits, the catalog."""
+    with ThreadPoolExecutor(max_workers=at_most or len(calls)) as pool:
+        running = [pool.submit(call) for call in calls]
+    return [done.result() for done in running]
 
 
 def _pairs(properties: dict[str, str]) -> str:

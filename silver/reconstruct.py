@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -474,9 +473,7 @@ def run(
             writes: list[Callable[[], None]] = [merge_rows, merge_sessions]
             writes.append(partial(gate.record, rebuild, batch.sparkSession))
             writes += [partial(append, spec) for spec in appended if spec.name in written]
-            with ThreadPoolExecutor(max_workers=len(writes)) as pool:
-                for done in [pool.submit(w) for w in writes]:
-                    done.result()
+            delta.side_by_side(writes)
 
         def write(batch: DataFrame, txn: Txn) -> None:
             held.check()
@@ -539,10 +536,10 @@ def counts(spark: SparkSession, settings: Settings) -> tuple[dict[str, int], dic
         return {r[column]: r["count"] for r in sorted(frame.groupBy(column).count().collect())}
 
     # Side by side: a run's last two jobs, each mostly its table's log read and planning.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        by_status = pool.submit(grouped, sessions.NAME, "status")
-        by_reason = pool.submit(grouped, violations.NAME, "reason")
-        return by_status.result(), by_reason.result()
+    by_status, by_reason = delta.side_by_side(
+        [partial(grouped, sessions.NAME, "status"), partial(grouped, violations.NAME, "reason")]
+    )
+    return by_status, by_reason
 
 
 def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[str]:
