@@ -25,7 +25,15 @@ from lakehouse.streaming import checkpoint_format
 from silver import reconstruct
 from tests.support import S3_KEYS, lakehouse_command, reference
 from tests.support.bronze_tables import kafka_records, write_bronze
-from tests.support.faults import Moment, in_next_batch, kill_job, kill_server, proxy, wait_struck
+from tests.support.faults import (
+    Moment,
+    in_next_batch,
+    kill_job,
+    kill_server,
+    proxy,
+    wait_leases_expired,
+    wait_struck,
+)
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
 from tests.support.s3 import FAIL_FAST, PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
 from tests.support.silver import assert_matches, silver_tables, small_spec
@@ -84,14 +92,18 @@ def server(tmp_path: Path) -> Iterator[EmbeddedS3]:
 def run_struck(
     args: tuple[str, ...],
     env: dict[str, str],
-    upstream: str,
+    server: EmbeddedS3,
     moment: Moment,
     strike: Callable[[Callable[[], subprocess.Popen[str]]], Callable[[], None]],
     log: Path,
 ) -> tuple[int, str]:
-    """Run the CLI through a proxy to `upstream` that strikes at `moment`: the job's exit
-    code and the proxy's endpoint it used."""
+    """Run the CLI through a proxy to `server` that strikes at `moment`, once the leases
+    an earlier struck job left have expired: the job's exit code and the proxy's endpoint
+    it used."""
     job: subprocess.Popen[str] | None = None
+    upstream = server.address()
+    assert upstream is not None, "the S3 server is not running"
+    wait_leases_expired(server, env["LAKEHOUSE__STORAGE__ROOT"])
     began = time.monotonic()
 
     def current() -> subprocess.Popen[str]:
@@ -114,7 +126,6 @@ def run_struck(
         finally:
             if job.poll() is None:
                 kill_job(current)()
-    time.sleep(LEASE_SECONDS + 1)  # the struck job could not release its leases
     print(f"{moment.name}: struck at {fault.struck_at} after {time.monotonic() - began:.0f}s")
     return job.returncode, fault.endpoint
 
@@ -136,8 +147,8 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
     traced: dict[Path, int] = {}  # the bytes of each trace file before this run
     for key, moment in BRONZE_MOMENTS.items():
         log = tmp_path / f"bronze-{key}.log"
-        upstream = server.start()  # again after each kill: same ports, same data
-        code, endpoint = run_struck(("run", "bronze"), env, upstream, moment,
+        server.start()  # again after each kill: same ports, same data
+        code, endpoint = run_struck(("run", "bronze"), env, server, moment,
                                     lambda _job: kill_server(server), log)  # fmt: skip
 
         errors = log.read_text()
@@ -156,6 +167,7 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
 
     server.start()
     use_s3(spark, server)
+    wait_leases_expired(server, env["LAKEHOUSE__STORAGE__ROOT"])
     sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
     table = read_s3(spark, server, f"{env['LAKEHOUSE__STORAGE__ROOT']}/{BRONZE}")
@@ -179,10 +191,10 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
         storage__lease_seconds=str(LEASE_SECONDS),
     )
     root = env["LAKEHOUSE__STORAGE__ROOT"]
-    upstream = server.start()
+    server.start()
     for key in ("parquet", "delta", "checkpoint"):
         moment = BRONZE_MOMENTS[key]
-        code, _ = run_struck(("run", "bronze"), env, upstream, moment, kill_job,
+        code, _ = run_struck(("run", "bronze"), env, server, moment, kill_job,
                              tmp_path / f"bronze-{key}.log")  # fmt: skip
         assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
         if key == "checkpoint":
@@ -192,6 +204,7 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
             assert table_version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
 
     use_s3(spark, server)
+    wait_leases_expired(server, root)
     sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
     rows = as_tuples(read_s3(spark, server, f"{root}/{BRONZE}").collect())
@@ -216,7 +229,7 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
     faults = {"gap": 1, "duplicate": 1, "reorder": 1, "malformed_json": 1}
     records = kafka_records(small_spec(21, faults))
     use_s3(spark, server)
-    upstream = server.start()
+    server.start()
     # A new checkpoint's first batch takes all of bronze: the batches to strike come after.
     rng, first = random.Random(21), len(records) // 5
     write_bronze(spark, f"{root}/{BRONZE}", records[:first], 1, rng)
@@ -228,10 +241,11 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
     # Each job commits one batch and is killed in the next, which its successor redoes.
     write_bronze(spark, f"{root}/{BRONZE}", records[first:], len(SILVER_MOMENTS) + 1, rng)
     for moment in SILVER_MOMENTS:
-        code, _ = run_struck(("run", "silver"), env, upstream, moment, kill_job,
+        code, _ = run_struck(("run", "silver"), env, server, moment, kill_job,
                              tmp_path / "silver.log")  # fmt: skip
         assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
 
+    wait_leases_expired(server, root)
     reconstruct.run(spark, settings)
 
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])

@@ -6,6 +6,7 @@ Parquet write, during a Delta commit, during a checkpoint write."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,8 +19,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from lakehouse.lease import Grant
 from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
+from lakehouse.storage import bucket_and_prefix
 
 _REQUEST_LINE = re.compile(rb"^([A-Z]+ \S+) HTTP/1\.1\r?$", re.MULTILINE)
 
@@ -154,3 +157,25 @@ def wait_struck(fault: FaultProxy, timeout_s: float, alive: Callable[[], bool]) 
         recent = "\n".join(fault.requests[-30:])
         assert alive(), f"the job ended before {fault.moment.name}; last requests:\n{recent}"
         assert time.monotonic() < deadline, f"no {fault.moment.name}; last requests:\n{recent}"
+
+
+def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
+    """Until every table lease under `root` has expired: a struck job could not release
+    its own, and the next writer is refused until then. Read from the leases, not slept:
+    by the time a job is struck and reaped, most of its lease time has usually gone by."""
+    endpoint = server.address()
+    assert endpoint is not None, "the S3 server is not running"
+    client, (bucket, prefix) = server.client(endpoint), bucket_and_prefix(root)
+    folder = f"{prefix}/_leases/".lstrip("/")
+    newest: dict[str, str] = {}  # table -> the key of its newest generation
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
+        for item in page.get("Contents", []):
+            table = item["Key"].removeprefix(folder).split("/")[0]
+            newest[table] = max(newest.get(table, ""), item["Key"])
+    grants = [
+        Grant(table, **json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read()))
+        for table, key in newest.items()
+    ]
+    wait = max((grant.expires - time.time() for grant in grants), default=0.0)
+    if wait > 0:
+        time.sleep(wait + 0.05)  # a lease is refused until `expires` has gone by

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
@@ -23,29 +25,40 @@ FAULTS = {
 
 
 def consume_all(bootstrap: str, prefix: str) -> set[tuple]:
-    """Every record under the prefix, read back by a plain Kafka consumer."""
-    topics = [
-        t
-        for t in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-        if t.startswith(prefix)
-    ]
+    """Every record under the prefix, read back by a plain Kafka consumer.
+
+    Every partition is assigned at once and read in bulk: a partition at a time, each
+    assignment waited for its first fetch, and reading 306 records of 18 partitions took
+    19 s instead of 1."""
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"check-{prefix}", "enable.auto.commit": False}
     )
-    records: set[tuple] = set()
-    for topic in topics:
-        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            consumer.assign([TopicPartition(topic, partition, low)])
-            for _ in range(high - low):
-                message = consumer.poll(5)
-                assert message is not None and message.error() is None
-                headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
-                records.add(
-                    (topic, partition, message.offset(), message.key(), message.value(), headers)
+    try:
+        starts, ends = [], {}  # ends: (topic, partition) -> its high watermark, until read
+        for topic in (t for t in topics if t.startswith(prefix)):
+            for partition in topics[topic].partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
                 )
-    consumer.close()
-    return records
+                if high > low:
+                    starts.append(TopicPartition(topic, partition, low))
+                    ends[(topic, partition)] = high
+        consumer.assign(starts)
+        records: set[tuple] = set()
+        deadline = time.monotonic() + 60
+        while ends:
+            assert time.monotonic() < deadline, f"records of {sorted(ends)} never came"
+            for message in consumer.consume(1000, timeout=1):
+                assert message.error() is None, message.error()
+                at = (message.topic(), message.partition())
+                headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
+                records.add((*at, message.offset(), message.key(), message.value(), headers))
+                if message.offset() + 1 >= ends.get(at, 0):
+                    ends.pop(at, None)
+        return records
+    finally:
+        consumer.close()
 
 
 def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
