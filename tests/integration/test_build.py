@@ -156,35 +156,15 @@ def test_ls_and_a_dry_run_print_the_plan_and_run_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     env = overrides(tmp_path, kafka_bootstrap, "build.dry.")
-    selections = {
-        ("gold.sensor_daily",): ["gold.sensor_daily"],
-        ("sensor_hourly+",): [
-            "gold.sensor_hourly",
-            "check:gold.sensor_hourly",
-            "gold.sensor_daily",
-            "check:gold.sensor_daily",
-        ],
-        ("+sensor_daily", "--exclude", "layer:bronze", "type:check"): [
-            "silver",
-            "gold.sensor_hourly",
-            "gold.sensor_daily",
-        ],
-        ("1+gold.sensor_daily",): [
-            "gold.sensor_hourly",
-            "check:gold.sensor_hourly",
-            "gold.sensor_daily",
-        ],
-        ("layer:gold,type:check", "silver.sessions"): [
-            "silver",
-            "check:gold.sensor_hourly",
-            "check:gold.sensor_daily",
-            "check:gold.session_summary",
-        ],
-    }
-    for selection, expected in selections.items():
-        listed = run_lakehouse("ls", "--select", *selection, env=env, timeout=60)
-        assert listed.returncode == 0, listed.stderr
-        assert [line.split()[1] for line in listed.stdout.splitlines()] == expected, selection
+    # What each selector selects of the pipeline's graph: tests/lakehouse/test_graph.py.
+    selection = ("+sensor_daily", "--exclude", "layer:bronze", "type:check")
+    listed = run_lakehouse("ls", "--select", *selection, env=env, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[1] for line in listed.stdout.splitlines()] == [
+        "silver",
+        "gold.sensor_hourly",
+        "gold.sensor_daily",
+    ]
 
     dry = run_lakehouse("build", "--dry-run", "--select", "silver+", env=env, timeout=60)
     assert dry.returncode == 0, dry.stderr

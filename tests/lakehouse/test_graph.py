@@ -120,3 +120,32 @@ def test_the_pipelines_graph_checks_every_table_that_has_a_suite_before_its_read
     # gold.sensor_hourly's suite reconciles with silver.row_changes: its check reads it
     assert graph.parents["check:gold.sensor_hourly"] == {"gold.sensor_hourly", "silver"}
     assert graph.parents["gold.sensor_daily"] == {"gold.sensor_hourly", "check:gold.sensor_hourly"}
+
+
+@pytest.mark.parametrize(
+    ("selectors", "exclude", "expected"),
+    [
+        (("gold.sensor_daily",), (), ["gold.sensor_daily"]),
+        (
+            ("sensor_hourly+",),
+            (),
+            ["gold.sensor_hourly", "check:gold.sensor_hourly", "gold.sensor_daily",
+             "check:gold.sensor_daily"],
+        ),
+        (("+sensor_daily",), ("layer:bronze", "type:check"),
+         ["silver", "gold.sensor_hourly", "gold.sensor_daily"]),
+        (("1+gold.sensor_daily",), (),
+         ["gold.sensor_hourly", "check:gold.sensor_hourly", "gold.sensor_daily"]),
+        (
+            ("layer:gold,type:check", "silver.sessions"),
+            (),
+            ["silver", "check:gold.sensor_hourly", "check:gold.sensor_daily",
+             "check:gold.session_summary"],
+        ),
+    ],
+)  # fmt: skip
+def test_selectors_over_the_pipelines_graph_select_in_run_order(
+    selectors: tuple[str, ...], exclude: tuple[str, ...], expected: list[str]
+) -> None:
+    graph = pipeline.graph(load_settings("local"))
+    assert [n.name for n in select(graph, selectors, exclude)] == expected
