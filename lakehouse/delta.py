@@ -93,9 +93,12 @@ def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:
 
 
 def side_by_side(calls: Sequence[Callable[[], T]], at_most: int | None = None) -> list[T]:
-    """Run `calls` on threads of their own (`at_most` at once), each one's result in
-    order; the first to fail raises, once all have ended. For work on independent tables,
-    mostly waiting on storage and the driver: planning, commits, the catalog."""
+    """Run `calls` on threads of their own (`at_most` at once) and give their results in
+    order; once all have ended, the error of the first (in order) that failed is raised.
+    For work on independent tables, mostly waiting on storage and the driver: planning,
+    commits, the catalog."""
+    if not calls:
+        return []
     with ThreadPoolExecutor(max_workers=at_most or len(calls)) as pool:
         running = [pool.submit(call) for call in calls]
     return [done.result() for done in running]

@@ -6,7 +6,6 @@ Parquet write, during a Delta commit, during a checkpoint write."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from lakehouse.lease import Grant
+from lakehouse.lease import TableLease
 from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.storage import bucket_and_prefix
@@ -167,15 +166,9 @@ def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
     assert endpoint is not None, "the S3 server is not running"
     client, (bucket, prefix) = server.client(endpoint), bucket_and_prefix(root)
     folder = f"{prefix}/_leases/".lstrip("/")
-    newest: dict[str, str] = {}  # table -> the key of its newest generation
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=folder):
-        for item in page.get("Contents", []):
-            table = item["Key"].removeprefix(folder).split("/")[0]
-            newest[table] = max(newest.get(table, ""), item["Key"])
-    grants = [
-        Grant(table, **json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read()))
-        for table, key in newest.items()
-    ]
-    wait = max((grant.expires - time.time() for grant in grants), default=0.0)
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
+    tables = [p["Prefix"][len(folder) : -1] for p in listed.get("CommonPrefixes", [])]
+    grants = [TableLease(client, bucket, prefix, table, "", 0).current() for table in tables]
+    wait = max((g.expires - time.time() for g in grants if g is not None), default=0.0)
     if wait > 0:
         time.sleep(wait + 0.05)  # a lease is refused until `expires` has gone by
