@@ -12,7 +12,7 @@ from lakehouse.catalog import LAYERS
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
-from tests.support import METASTORE_ENV, settings_for
+from tests.support import INTERPRETED_PLANS, METASTORE_ENV, settings_for
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,8 @@ def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory, metastore: str) -> Iterator[SparkSession]:
     settings = settings_for(tmp_path_factory.mktemp("lake"), "127.0.0.1:1", "unused.")
-    session = build_spark(settings, app_name="lakehouse-tests")
+    # Its plans interpreted, as the CLI runs' are (`INTERPRETED_PLANS`).
+    session = build_spark(settings, app_name="lakehouse-tests", extra=INTERPRETED_PLANS)
     # The databases of the shared metastore are placed on local disk before any job
     # creates them: a job's S3 server, where it would put them, may be killed by its test.
     for database in LAYERS:

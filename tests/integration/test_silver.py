@@ -17,7 +17,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from lakehouse.producer import TrafficSpec, produce
 from silver import reconstruct
 from silver.session_machine import STATE_VERSION
-from tests.support import overrides, reference, run_lakehouse, settings_for
+from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import consume_all
 from tests.support.silver import assert_matches, silver_tables, small_spec
@@ -47,7 +47,15 @@ def test_silver_equals_the_reference_for_any_split_into_micro_batches(
     files_per_batch: int,
     faults: Counter[str],
 ) -> None:
-    root = tmp_path_factory.mktemp("split")
+    with compiled_plans(spark):  # the claim is made on the plans as deployed
+        silver_equals_the_reference(spark, tmp_path_factory.mktemp("split"), seed, commits,
+                                    files_per_batch, faults)  # fmt: skip
+
+
+def silver_equals_the_reference(
+    spark: SparkSession, root: Path, seed: int, commits: int, files_per_batch: int,
+    faults: Counter[str],
+) -> None:  # fmt: skip
     # Reconstruction alone, batch by batch: validation is tested in test_quality*.py.
     s = settings_for(
         root,

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 from lakehouse import PROJECT_ROOT
 from lakehouse.settings import Settings, load_settings
 
@@ -23,18 +25,47 @@ S3_KEYS = ("lakehouse", "s3-lake-secret")
 METASTORE_ENV = "LAKEHOUSE__CATALOG__METASTORE"
 """Set by the `metastore` fixture for the whole run: every test shares its catalog."""
 
-CLI_JVM_OPTIONS = (
-    "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m "
-    "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+INTERPRETED_PLANS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+"""Spark settings under which it interprets every plan rather than generating and compiling
+classes for it (Spark's own tests use the second). The tests' plans run on a few hundred
+rows, where compiling a plan costs more than running it: the CLI runs take four runs in
+0.85 of the time (`python -m benchmarks.cli_runs`), and the test process's own Spark ran
+`test_sessions.py` in 0.88 (docs/testing.md). The claims that a job's result equals an
+independent computation also run on the plans as deployed (`compiled_plans`). Never the
+deployed settings: a long-lived job on real data wants its code."""
+
+DEPLOYED_PLANS = {
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
+}
+"""Spark's own values of `INTERPRETED_PLANS`' settings, as the deployed jobs run."""
+
+CLI_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m " + " ".join(
+    f"-D{key}={value}" for key, value in INTERPRETED_PLANS.items()
 )
 """The JVM of each CLI run compiles with C1 alone: it lives seconds to minutes on little
 data, where C2's compiling costs more than it wins back (a run ~18% faster,
 docs/testing.md). C1 alone shrinks the code cache to 48 MB, which a long `run all` was
-seen to fill; 240 MB is the JVM's usual size. Its Spark interprets every plan rather than
-generating and compiling classes for it (Spark reads `spark.*` system properties as
-settings): four runs 0.85 of the time (`python -m benchmarks.cli_runs`). Not the test
-process's own JVM, which runs for the whole suite and keeps its generated classes: the
-claims about a job's result are made on the plans as deployed. Nor the deployed settings."""
+seen to fill; 240 MB is the JVM's usual size. Its Spark interprets every plan
+(`INTERPRETED_PLANS`, as system properties, which Spark reads as settings). Not the test
+process's own JVM, which runs for the whole suite. Nor the deployed settings."""
+
+
+@contextmanager
+def compiled_plans(spark: SparkSession) -> Iterator[None]:
+    """The test process's Spark generates and compiles code for its plans, as deployed, while
+    in the block: for the claims that a job's result equals an independent computation."""
+    for key, value in DEPLOYED_PLANS.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in INTERPRETED_PLANS.items():
+            spark.conf.set(key, value)
+
 
 CDS_ARCHIVE = PROJECT_ROOT / ".state" / "cds" / "cli.jsa"
 """The class-data sharing archive of the CLI runs' JVMs, made by `make test` before pytest
