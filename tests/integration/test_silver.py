@@ -78,6 +78,18 @@ def silver_equals_the_reference(
     assert_matches(silver_tables(spark, s), expected)
 
 
+def test_compiled_plans_generate_code_inside_their_block_only(spark: SparkSession) -> None:
+    # The reference claim above stands on the plans as deployed only if the switch works.
+    def compiled() -> bool:
+        plan = spark.range(3).where("id > 1")._jdf.queryExecution().executedPlan()
+        return "*(1)" in plan.toString()
+
+    assert not compiled()
+    with compiled_plans(spark):
+        assert compiled()
+    assert not compiled()
+
+
 def test_a_new_checkpoint_reads_bronze_in_kafka_order_whatever_the_age_of_its_files(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -50,8 +50,8 @@ CLI_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m " + " 
 data, where C2's compiling costs more than it wins back (a run ~18% faster,
 docs/testing.md). C1 alone shrinks the code cache to 48 MB, which a long `run all` was
 seen to fill; 240 MB is the JVM's usual size. Its Spark interprets every plan
-(`INTERPRETED_PLANS`, as system properties, which Spark reads as settings). Not the test
-process's own JVM, which runs for the whole suite. Nor the deployed settings."""
+(`INTERPRETED_PLANS`, as system properties, which Spark reads as settings). The test
+process's own JVM keeps C2: it runs for the whole suite. Never the deployed settings."""
 
 
 @contextmanager
