@@ -34,12 +34,13 @@ CDS := .state/cds/cli.jsa
 $(CDS): $(VENV)/.installed jvm/pom.xml | setup
 	$(BIN)/python -m tests.support.cds
 
-# The tests that kill nothing run TEST_WORKERS modules at a time (each worker has its own
-# broker, metastore and Spark); then the fault tests run one at a time, as `make test-faults`
-# does, because a starved JVM could miss the 2 s leases they strike at (docs/testing.md).
+# The tests that kill nothing run TEST_WORKERS modules at a time, longest first (the order
+# is tests/conftest.py's; each worker has its own broker, metastore and Spark). Then the
+# fault tests run one at a time, as `make test-faults` runs them: a JVM starved of a core
+# could miss the 2 s leases they strike at (docs/testing.md).
 TEST_WORKERS ?= 2
 test: setup $(CDS) ## run the whole test suite against a real broker, Spark and Delta
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not faults"
 	$(BIN)/pytest -m faults
 
 test-faults: setup $(CDS) ## only the tests that kill a server, a worker or a job mid-run

@@ -14,6 +14,42 @@ from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
 from tests.support import INTERPRETED_PLANS, METASTORE_ENV, settings_for
 
+# `make test` gives the modules that kill nothing to two workers, a module at a time, in
+# collection order (`--dist loadfile --no-loadscope-reorder`). The longest go first, so that
+# at the end neither worker runs a long module alone while the other has nothing left: these
+# modules, longest first (`--durations` of a serial run), then the other integration modules,
+# then the unit tests. xdist's own order, by number of tests, put them last.
+LONGEST_MODULES = (
+    "test_sessions.py",
+    "test_silver.py",
+    "test_s3_lake.py",
+    "test_compaction.py",
+    "test_cluster.py",
+    "test_build.py",
+    "test_bronze.py",
+    "test_sql.py",
+    "test_gold.py",
+    "test_quality.py",
+    "test_quality_end_to_end.py",
+    "test_run_all.py",
+    "test_gold_quality.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if item.get_closest_marker("integration") is None:
+            return (2, 0)
+        name = item.path.name
+        return (0, LONGEST_MODULES.index(name)) if name in LONGEST_MODULES else (1, 0)
+
+    # A module ranks as its first test does: its tests stay together (and its fixtures
+    # are made once), in their own order (the sort is stable).
+    module_rank: dict[object, tuple[int, int]] = {}
+    for item in items:
+        module_rank.setdefault(item.path, rank(item))
+    items.sort(key=lambda item: module_rank[item.path])
+
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
