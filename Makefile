@@ -34,14 +34,15 @@ CDS := .state/cds/cli.jsa
 $(CDS): $(VENV)/.installed jvm/pom.xml | setup
 	$(BIN)/python -m tests.support.cds
 
-# The tests that kill nothing run TEST_WORKERS modules at a time, longest first (the order
-# is tests/conftest.py's; each worker has its own broker, metastore and Spark). Then the
-# fault tests run one at a time, as `make test-faults` runs them: a JVM starved of a core
-# could miss the 2 s leases they strike at (docs/testing.md).
+# TEST_WORKERS pytest processes side by side, a module at a time, each with its own broker,
+# metastore and Spark: first the tests that kill nothing, longest first (the order is
+# tests/conftest.py's), then the fault tests by themselves, away from the modules that keep
+# both cores busy (docs/testing.md).
 TEST_WORKERS ?= 2
+SIDE_BY_SIDE := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup $(CDS) ## run the whole test suite against a real broker, Spark and Delta
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not faults"
-	$(BIN)/pytest -m faults
+	$(BIN)/pytest $(SIDE_BY_SIDE) -m "not faults"
+	$(BIN)/pytest $(SIDE_BY_SIDE) -m faults
 
 test-faults: setup $(CDS) ## only the tests that kill a server, a worker or a job mid-run
 	$(BIN)/pytest -m faults

@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Kafka broker, one metastore and one Spark session per test run."""
+"""Shared fixtures: one real Kafka broker, one metastore and one Spark session per pytest
+process (`make test` runs two side by side), and the order in which modules run."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from lakehouse.services.metastore import EmbeddedMetastore
 from lakehouse.spark import build_spark
 from tests.support import INTERPRETED_PLANS, METASTORE_ENV, settings_for
 
-# `make test` gives the modules that kill nothing to two workers, a module at a time, in
-# collection order (`--dist loadfile --no-loadscope-reorder`). The longest go first, so that
-# at the end neither worker runs a long module alone while the other has nothing left: these
-# modules, longest first (`--durations` of a serial run), then the other integration modules,
-# then the unit tests. xdist's own order, by number of tests, put them last.
+# `make test` gives the modules to two workers, a module at a time, in collection order
+# (`--dist loadfile --no-loadscope-reorder`): first those that kill nothing, then the fault
+# tests. The longest go first, so that at the end neither worker runs a long module alone
+# while the other has nothing left: these modules, longest first (`--durations` of a serial
+# run), then the other integration modules, then the unit tests. xdist's own order, by
+# number of tests, put the long modules last.
 LONGEST_MODULES = (
+    "test_faults.py",
     "test_sessions.py",
     "test_silver.py",
     "test_s3_lake.py",
