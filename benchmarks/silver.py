@@ -41,11 +41,11 @@ from pyspark.sql import functions as F
 
 from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse import delta
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.runtime.spark import build_spark
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings
-from lakehouse.spark import build_spark
+from lakehouse.storage import delta
 from silver import reconstruct, row_changes, session_rows, sessions
 from silver.parsing import parse_records
 

@@ -24,20 +24,22 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from bronze import sensor_records
-from lakehouse import catalog, delta, lease, positions, progress
-from lakehouse.console import echo
-from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings, SilverSettings
+from lakehouse.core.tables import TableSpec
+from lakehouse.observe import progress
+from lakehouse.ops import positions
 from lakehouse.quality import gates, store
-from lakehouse.settings import Settings, SilverSettings
-from lakehouse.streaming import (
+from lakehouse.runtime.streams import (
     AfterBatch,
     RunStats,
     checkpoint_format,
     nothing_after_batch,
     run_foreach_batch,
 )
-from lakehouse.tables import TableSpec
+from lakehouse.storage import catalog, delta, lease
+from lakehouse.storage.delta import Txn
 from silver import (
     outputs,
     row_changes,

@@ -8,13 +8,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import settings_of, spark_for
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 
 if TYPE_CHECKING:
-    from lakehouse.execution import NodeResult
-    from lakehouse.graph import Graph, Node
-    from lakehouse.pipeline import NodeRunner
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
+    from lakehouse.definitions import NodeRunner
+    from lakehouse.graph.execute import NodeResult
+    from lakehouse.graph.nodes import Graph, Node
 
 SELECTION_HELP = (
     "nodes as dbt selects them: a name (silver, gold.sensor_hourly or sensor_hourly, "
@@ -65,8 +65,8 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def run_ls(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
-    from lakehouse.graph import select
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph.nodes import select
 
     graph = pipeline.graph(settings_of(args))
     for line in pipeline.plan(graph, select(graph, args.select, args.exclude)):
@@ -74,9 +74,10 @@ def run_ls(args: argparse.Namespace) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lakehouse import metrics, pipeline
-    from lakehouse.execution import tally
-    from lakehouse.graph import select
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph.execute import tally
+    from lakehouse.graph.nodes import select
+    from lakehouse.observe import metrics
 
     settings = settings_of(args)
     graph = pipeline.graph(settings)
@@ -111,8 +112,8 @@ def walk(
 ) -> list[NodeResult]:
     """Run `nodes` with `runner`, then write run_results.json and manifest.json (also
     when a node raised: the results so far)."""
-    from lakehouse import pipeline, progress
-    from lakehouse.execution import execute, write_artifacts
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph.execute import execute, record_nodes, write_artifacts
     from lakehouse.quality.store import new_run_id
 
     started, run_id = time.monotonic(), new_run_id()
@@ -121,7 +122,7 @@ def walk(
         with runner:
             results = execute(graph, nodes, runner)
     finally:
-        progress.record_nodes(runner.spark, settings, results)
+        record_nodes(runner.spark, settings, results)
         folder = write_artifacts(
             settings.storage.local_state_dir,
             run_id,

@@ -7,8 +7,8 @@ import threading
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from lakehouse.console import divert, echo
-from lakehouse.settings import Settings, load_settings
+from lakehouse.core.console import divert, echo
+from lakehouse.core.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,7 +27,7 @@ def spark_for(
     """The target's settings and a Spark application named `lakehouse-<app>`, whose log
     (Spark's, the JVM's, Python's warnings) is named once on the console. `validates`: the
     command runs Great Expectations (a walk of the graph, its checks or its report)."""
-    from lakehouse.spark import build_spark, log_file
+    from lakehouse.runtime.spark import build_spark, log_file
 
     settings = settings_of(args)
     name = f"lakehouse-{app}"

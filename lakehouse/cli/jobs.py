@@ -8,15 +8,15 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import pairs, spark_for
-from lakehouse.console import echo
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError, explain
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakehouse.graph import Graph, Node
-    from lakehouse.pipeline import NodeRunner
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
+    from lakehouse.definitions import NodeRunner
+    from lakehouse.graph.nodes import Graph, Node
 
 
 def add_commands(commands: Any) -> None:
@@ -129,9 +129,10 @@ def add_commands(commands: Any) -> None:
 
 
 def run_layer(args: argparse.Namespace) -> None:
-    from lakehouse import metrics, pipeline
+    from lakehouse import definitions as pipeline
     from lakehouse.cli.build import walk
-    from lakehouse.graph import select
+    from lakehouse.graph.nodes import select
+    from lakehouse.observe import metrics
 
     if args.layer not in ("gold", "all") and args.select:
         raise LakehouseError("--select applies to `run gold` and `run all` only")
@@ -182,11 +183,12 @@ def run_all_continuously(
     args: argparse.Namespace,
 ) -> None:
     """The streams side by side and gold on its schedule, supervised, until stopped."""
-    from lakehouse import pipeline, progress
+    from lakehouse import definitions as pipeline
     from lakehouse.cli.build import walk
-    from lakehouse.graph import select
-    from lakehouse.streaming import stopping_on_signals
-    from lakehouse.supervisor import Part, every, supervise
+    from lakehouse.graph.nodes import select
+    from lakehouse.observe import progress
+    from lakehouse.runtime.streams import stopping_on_signals
+    from lakehouse.runtime.supervise import Part, every, supervise
 
     def stream(node: Node) -> Part:
         session = spark.newSession()
@@ -232,19 +234,21 @@ def run_all_continuously(
 def run_status(args: argparse.Namespace) -> int:
     import json
 
-    from lakehouse import pipeline
-    from lakehouse.status import lines, status
+    from lakehouse import definitions as pipeline
+    from lakehouse.ops.status import lines, status
 
     settings, spark = spark_for(args, "status")
     try:
-        found = status(spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS)
+        found = status(
+            spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS, pipeline.CHANGE_LOG
+        )
     except Exception as error:  # not knowing is an error to whoever alerts on the exit code
         echo(f"lakehouse: error: status unknown: {explain(error)}", err=True)
         return 2
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
     else:
-        for line in lines(found, args.partitions):
+        for line in lines(found, pipeline.CHANGE_LOG, args.partitions):
             echo(line)
     return found.exit_code
 
@@ -252,7 +256,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> None:
     from pyspark.sql import functions as F
 
-    from lakehouse import pipeline
+    from lakehouse import definitions as pipeline
 
     settings, spark = spark_for(args, "inspect")
     try:
@@ -274,9 +278,9 @@ def run_inspect(args: argparse.Namespace) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
-    from lakehouse.compaction import compact
-    from lakehouse.lease import LeaseRefused
+    from lakehouse import definitions as pipeline
+    from lakehouse.ops.compaction import compact
+    from lakehouse.storage.lease import LeaseRefused
 
     settings, spark = spark_for(args, "compact")
     try:

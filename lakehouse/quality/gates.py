@@ -21,9 +21,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta, progress
-from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import QualitySettings, StorageSettings
+from lakehouse.observe import progress
 from lakehouse.quality.conditions import (
     ROWS,
     any_of,
@@ -44,7 +44,8 @@ from lakehouse.quality.store import (
 )
 from lakehouse.quality.suites import Check, load_suites
 from lakehouse.quality.validator import Validator
-from lakehouse.settings import QualitySettings, StorageSettings
+from lakehouse.storage import catalog, delta
+from lakehouse.storage.delta import Txn
 
 _FAIL_ROW = "lakehouse: a row failed a fail expectation"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
 
 
 class Service(Protocol):

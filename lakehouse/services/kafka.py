@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse import jars
-from lakehouse.errors import LakehouseError, Unavailable, credentials_refused, explain
-from lakehouse.services import process, tls
-from lakehouse.settings import EMBEDDED, KafkaSettings, Settings
+from lakehouse.core.errors import LakehouseError, Unavailable, credentials_refused, explain
+from lakehouse.core.settings import EMBEDDED, KafkaSettings, Settings
+from lakehouse.services import jars, process, tls
 
 _LOG4J2 = """\
 status = warn

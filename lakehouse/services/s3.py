@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import EMBEDDED, Settings
 from lakehouse.services import process
-from lakehouse.settings import EMBEDDED, Settings
 
 # `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.

@@ -19,10 +19,10 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.pipeline import STREAMS
-from lakehouse.producer import produce
+from lakehouse.core.settings import Settings, load_settings
+from lakehouse.definitions import STREAMS
+from lakehouse.ops.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import Settings, load_settings
 from silver import reconstruct
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
 from tests.support.s3 import (
