@@ -1,10 +1,13 @@
-"""docs/architecture.md's tree of the framework, checked against the code and against the
-import contract in pyproject.toml: every package and top-level module is in the tree, in
-the contract's order of layers, with each of its modules named."""
+"""The framework's layers, checked: the import contract in pyproject.toml holds (no upward
+import, no circle, the layers imported only by `lakehouse.definitions`), and
+docs/architecture.md's tree names every package and top-level module in the contract's
+order of layers, with each of its modules."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -49,3 +52,14 @@ def test_the_tree_names_every_module_of_each_package() -> None:
             continue  # the CLI's modules are its command groups; a layer's, its tables
         said = set(re.findall(r"\w+", description))
         assert modules <= said, f"{entry}: {sorted(modules - said)} missing from the tree"
+
+
+def test_the_import_contract_holds() -> None:
+    """pre-commit runs the same; here `make test` and CI do too."""
+    lint = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout[-3000:]

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import EMBEDDED, Settings
-from lakehouse.services import jars
+from lakehouse.services import jars, running_address
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
@@ -161,13 +161,7 @@ def embedded_cluster(settings: Settings) -> tuple[str, str]:
     from lakehouse.services.cluster import EmbeddedCluster
 
     cluster = EmbeddedCluster.under(settings.storage.local_state_dir)
-    url = cluster.address()
-    if url is None:
-        raise LakehouseError(
-            f"the embedded Spark cluster is not running (state in {cluster.home}); "
-            "start it with `lakehouse cluster start`"
-        )
-    return url, str(cluster.executor_python)
+    return running_address(cluster, "cluster"), str(cluster.executor_python)
 
 
 def project_zip() -> Path:
@@ -229,13 +223,7 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
         from lakehouse.services.metastore import EmbeddedMetastore
 
         home = EmbeddedMetastore.under(settings.storage.local_state_dir)
-        url = home.address()
-        if url is None:
-            raise LakehouseError(
-                f"the embedded catalog is not running (no metastore in {home.home}): "
-                "run `lakehouse catalog start`"
-            )
-        metastore = url
+        metastore = running_address(home, "catalog")
     if not metastore.startswith("jdbc:"):
         raise LakehouseError(
             f"catalog.metastore {metastore!r} is none of embedded, none, thrift://…, jdbc:…"
