@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 class Service(Protocol):
     title: ClassVar[str]
     """What it is, for people: `Kafka broker`."""
+
     @property
     def home(self) -> Path:
         """Its folder: data, log, pid and ports."""
