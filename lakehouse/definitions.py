@@ -36,7 +36,7 @@ from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.runtime.streams import RunStats
 from lakehouse.storage import lease
 from lakehouse.storage.model_runs import RUNS
-from silver import reconstruct
+from silver import reconstruct, row_changes, violations
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ STREAM_TABLES = frozenset(t for s in STREAMS.values() for t in s.writes)
 
 KAFKA_RECORDS = sensor_records.NAME
 """The table of every Kafka record with its timestamp."""
-LINEAGE_TABLES = (reconstruct.row_changes.NAME, reconstruct.violations.NAME)
+LINEAGE_TABLES = (row_changes.NAME, violations.NAME)
 """Silver tables whose rows name the Kafka record they come from, by every batch."""
 
 CHANGE_LOG: ChangeLog = kafka_changes

@@ -228,82 +228,121 @@ def run_model(
         for s in sources.values()
     ]
     delta.create(spark, model.table, target)
-    reason = "--full-refresh" if full_refresh else _why_full(last, sources)
-    if not reason and last is not None:
-        reason = next(
-            (
-                f"{name} was rebuilt since the last run"
-                for name, s in sources.items()
-                if s.version > last[name][0]
-                and delta.replaced_after(spark, s.location, last[name][0])
-            ),
-            "",
-        )
+    reason = _full_reason(spark, last, sources, full_refresh, full_below_bytes)
     run = ModelRun(model.name, "full", reason, sources=sources, started_at=started_at)
     verdict: Verdict | None = None
-    if not reason:
-        size = sum(s.size_bytes for s in sources.values())
-        if size < full_below_bytes:
-            run.reason = (
-                f"inputs of {size / 2**20:,.1f} MiB, under gold.full_refresh_below_mb: "
-                "a full refresh is cheaper"
-            )
     if not run.reason:
         assert last is not None
-        changes = [
-            changes_between(spark, s.location, last[name][0] + 1, s.version)
-            if s.version > last[name][0]
-            else frame.limit(0)
-            for (name, s), frame in zip(sources.items(), inputs, strict=True)
-        ]
-        keys = model.changed_keys(*changes).select(*model.key).distinct().persist()
-        try:
-            try:
-                run.changed_keys = keys.count()
-                run.mode = "incremental"
-            except Exception as error:  # Delta says "change data gone" in several ways
-                if not _lost_changes(error):
-                    raise
-                run.reason = "the change data since the last run is no longer readable"
-            # A new version that changes no rows (compaction's OPTIMIZE) touches no key.
-            if run.mode == "incremental" and run.changed_keys:
-                narrowed = model.narrow(keys, *inputs)
-                rows = model.build(*narrowed)
-                rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
-                try:
-                    # The rows are those keys' only: so are the inputs they reconcile with.
-                    views = _views(model, sources, narrowed)
-                    verdict = gate.judge(rows, model.name, views) if gate else None
-                    kept = verdict.kept if verdict else rows
-                    run.rows_written = _merge(rows, target, model.key, kept)
-                    if gate:
-                        gate.forget(spark, model.name, keys)
-                finally:
-                    rows.unpersist()
-        finally:
-            keys.unpersist()
+        verdict = _run_incremental(spark, model, run, last, inputs, target, gate)
     if run.mode == "full":
-        rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
-        if gate:  # judged before the overwrite: the rows are cached once for both
-            rows = rows.persist()
-        try:
-            if gate:
-                verdict = gate.judge(rows, model.name, _views(model, sources, inputs))
-            written = Observation()  # counted as they are written, not read again after
-            kept = verdict.kept if verdict else rows
-            kept.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode(
-                "overwrite"
-            ).save(target)
-        finally:
-            rows.unpersist()
-        run.rows_written = int(written.get["rows"])
-        if gate:
-            gate.forget(spark, model.name, None)
+        verdict = _run_full(spark, model, run, inputs, target, gate)
     if gate and verdict:
         gate.record(spark, model.name, verdict)
         run.quarantined = sum(o.quarantined or 0 for o in verdict.outcomes)
     run.seconds = time.monotonic() - started
     return run
+
+
+def _full_reason(
+    spark: SparkSession,
+    last: Mapping[str, tuple[int, str]] | None,
+    sources: Mapping[str, Source],
+    full_refresh: bool,
+    full_below_bytes: int,
+) -> str:
+    """Why this run rebuilds the whole table, or "" where it can run incrementally."""
+    if full_refresh:
+        return "--full-refresh"
+    if reason := _why_full(last, sources):
+        return reason
+    assert last is not None
+    for name, s in sources.items():
+        if s.version > last[name][0] and delta.replaced_after(spark, s.location, last[name][0]):
+            return f"{name} was rebuilt since the last run"
+    size = sum(s.size_bytes for s in sources.values())
+    if size < full_below_bytes:
+        return (
+            f"inputs of {size / 2**20:,.1f} MiB, under gold.full_refresh_below_mb: "
+            "a full refresh is cheaper"
+        )
+    return ""
+
+
+def _run_incremental(
+    spark: SparkSession,
+    model: Model,
+    run: ModelRun,
+    last: Mapping[str, tuple[int, str]],
+    inputs: Sequence[DataFrame],
+    target: str,
+    gate: WriteGate | None,
+) -> Verdict | None:
+    """Recompute the keys that the inputs' changes since `last` touch, and MERGE them. The
+    run stays `full`, with its reason, where those changes are no longer readable."""
+    changes = [
+        changes_between(spark, s.location, last[name][0] + 1, s.version)
+        if s.version > last[name][0]
+        else frame.limit(0)
+        for (name, s), frame in zip(run.sources.items(), inputs, strict=True)
+    ]
+    keys = model.changed_keys(*changes).select(*model.key).distinct().persist()
+    try:
+        try:
+            run.changed_keys = keys.count()
+        except Exception as error:  # Delta says "change data gone" in several ways
+            if not _lost_changes(error):
+                raise
+            run.reason = "the change data since the last run is no longer readable"
+            return None
+        run.mode = "incremental"
+        # A new version that changes no rows (compaction's OPTIMIZE) touches no key.
+        if not run.changed_keys:
+            return None
+        narrowed = model.narrow(keys, *inputs)
+        rows = model.build(*narrowed)
+        rows = conform(rows, model, spark.read.format("delta").load(target)).persist()
+        try:
+            # The rows are those keys' only: so are the inputs they reconcile with.
+            views = _views(model, run.sources, narrowed)
+            verdict = gate.judge(rows, model.name, views) if gate else None
+            kept = verdict.kept if verdict else rows
+            run.rows_written = _merge(rows, target, model.key, kept)
+            if gate:
+                gate.forget(spark, model.name, keys)
+        finally:
+            rows.unpersist()
+        return verdict
+    finally:
+        keys.unpersist()
+
+
+def _run_full(
+    spark: SparkSession,
+    model: Model,
+    run: ModelRun,
+    inputs: Sequence[DataFrame],
+    target: str,
+    gate: WriteGate | None,
+) -> Verdict | None:
+    """Rebuild the whole table from the inputs (an overwrite)."""
+    rows = conform(model.build(*inputs), model, spark.read.format("delta").load(target))
+    if gate:  # judged before the overwrite: the rows are cached once for both
+        rows = rows.persist()
+    verdict: Verdict | None = None
+    try:
+        if gate:
+            verdict = gate.judge(rows, model.name, _views(model, run.sources, inputs))
+        written = Observation()  # counted as they are written, not read again after
+        kept = verdict.kept if verdict else rows
+        kept.observe(written, F.count(F.lit(1)).alias("rows")).write.format("delta").mode(
+            "overwrite"
+        ).save(target)
+    finally:
+        rows.unpersist()
+    run.rows_written = int(written.get["rows"])
+    if gate:
+        gate.forget(spark, model.name, None)
+    return verdict
 
 
 def _views(

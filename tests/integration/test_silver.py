@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from lakehouse.ops.producer import TrafficSpec, produce
-from silver import reconstruct
+from silver import processor, reconstruct
 from silver.session_machine import STATE_VERSION
 from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
@@ -258,7 +258,7 @@ def test_state_schema_change_against_an_old_checkpoint_says_what_to_do(
     write_bronze(spark, path, kafka_records(small_spec(8, {}, sensors=1)), 1, random.Random(8))
     reconstruct.run(spark, s)
     write_bronze(spark, path, kafka_records(small_spec(9, {}, sensors=1)), 1, random.Random(9))
-    monkeypatch.setattr(reconstruct, "STATE_SCHEMA", reconstruct.STATE_SCHEMA + ", extra STRING")
+    monkeypatch.setattr(processor, "STATE_SCHEMA", processor.STATE_SCHEMA + ", extra STRING")
 
     with pytest.raises(LakehouseError) as error:
         reconstruct.run(spark, s)
