@@ -25,6 +25,7 @@ from lakehouse.quality import gates, store
 from lakehouse.runtime.streams import (
     AfterBatch,
     RunStats,
+    Stream,
     checkpoint_started,
     nothing_after_batch,
     run_foreach_batch,
@@ -287,6 +288,10 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
         pairs = ", ".join(f"{k}={v:,}" for k, v in quarantined.items())
         lines.append(f"  quarantined by its suite (bronze.quarantine): {pairs}")
     return lines
+
+
+STREAM = Stream("bronze", "kafka", CHECKPOINT, WRITES, run, summary)
+"""Bronze as a node of the pipeline: every Kafka record into `bronze.sensor_records`."""
 
 
 def accept_kafka_change(

@@ -11,7 +11,7 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,63 +33,13 @@ from lakehouse.ops.positions import Reader
 from lakehouse.ops.status import ChangeLog
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
-from lakehouse.runtime.streams import RunStats
+from lakehouse.runtime.streams import RunStats, Stream
 from lakehouse.storage import lease
 from lakehouse.storage.model_runs import RUNS
 from silver import reconstruct, row_changes, violations
 
-
-@dataclass(frozen=True)
-class Stream:
-    """A streaming job: what it reads, where its checkpoint is, how to run and sum it up."""
-
-    layer: str
-    reads: str
-    """The Delta table it reads incrementally, or `kafka`."""
-    checkpoint: str
-    writes: tuple[str, ...]
-    """Every table it writes: while it runs, it holds their leases on S3 and compacts them."""
-    run: Callable[
-        [SparkSession, Settings, bool, frozenset[str] | None, bool, threading.Event | None],
-        RunStats,
-    ]
-    """`run(spark, settings, continuous, trace, full_refresh, stop)`."""
-    summary: Callable[[SparkSession, Settings, RunStats], list[str]]
-
-
-STREAMS = {
-    "bronze": Stream(
-        "bronze",
-        "kafka",
-        sensor_records.CHECKPOINT,
-        sensor_records.WRITES,
-        lambda spark, settings, continuous, _trace, full_refresh, stop: sensor_records.run(
-            spark,
-            settings,
-            continuous,
-            compaction.between_batches(spark, settings, sensor_records.WRITES, READERS),
-            full_refresh,
-            stop,
-        ),
-        sensor_records.summary,
-    ),
-    "silver": Stream(
-        "silver",
-        sensor_records.NAME,
-        reconstruct.CHECKPOINT,
-        reconstruct.WRITES,
-        lambda spark, settings, continuous, trace, full_refresh, stop: reconstruct.run(
-            spark,
-            settings,
-            continuous,
-            trace,
-            compaction.between_batches(spark, settings, reconstruct.WRITES, READERS),
-            full_refresh,
-            stop,
-        ),
-        reconstruct.summary,
-    ),
-}
+STREAMS: dict[str, Stream] = {s.layer: s for s in (sensor_records.STREAM, reconstruct.STREAM)}
+"""Every stream, by layer, as each layer's module declares it."""
 
 STREAM_TABLES = frozenset(t for s in STREAMS.values() for t in s.writes)
 """Every table a stream writes: while it runs, it holds their leases on S3 and compacts them."""
@@ -221,6 +171,28 @@ def _suite_entry(suite: Suite | None) -> dict[str, Any] | None:
     }
 
 
+def run_stream(
+    spark: SparkSession,
+    settings: Settings,
+    stream: Stream,
+    continuous: bool = False,
+    trace: frozenset[str] | None = None,
+    full_refresh: bool = False,
+    stop: threading.Event | None = None,
+) -> RunStats:
+    """Run `stream` as the pipeline runs it: compacting the tables it writes between its
+    batches, as far as their readers (`READERS`) allow."""
+    return stream.run(
+        spark,
+        settings,
+        continuous=continuous,
+        after_batch=compaction.between_batches(spark, settings, stream.writes, READERS),
+        full_refresh=full_refresh,
+        stop=stop,
+        **({"trace": trace} if stream.traced else {}),
+    )
+
+
 @dataclass
 class NodeRunner:
     """Runs one node of the graph in this Spark application: a stream to its end of input
@@ -250,8 +222,14 @@ class NodeRunner:
 
     def _stream(self, node: Node) -> Done:
         stream = STREAMS[node.name]
-        stats = stream.run(
-            self.spark, self.settings, self.continuous, self.trace, self.rebuild_streams, self.stop
+        stats = run_stream(
+            self.spark,
+            self.settings,
+            stream,
+            continuous=self.continuous,
+            trace=self.trace,
+            full_refresh=self.rebuild_streams,
+            stop=self.stop,
         )
         lines = stream.summary(self.spark, self.settings, stats)
         for line in lines:

@@ -26,6 +26,7 @@ from lakehouse.quality import store
 from lakehouse.runtime.streams import (
     AfterBatch,
     RunStats,
+    Stream,
     checkpoint_format,
     nothing_after_batch,
     run_foreach_batch,
@@ -155,6 +156,10 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
 
 def _pairs(counts: dict[str, int]) -> str:
     return ", ".join(f"{key}={value:,}" for key, value in counts.items())
+
+
+STREAM = Stream("silver", sensor_records.NAME, CHECKPOINT, WRITES, run, summary, traced=True)
+"""Silver as a node of the pipeline: bronze's records into every silver table."""
 
 
 def live_state(spark: SparkSession, settings: Settings) -> DataFrame:

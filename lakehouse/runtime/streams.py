@@ -17,6 +17,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from lakehouse.core.console import Live, echo
 from lakehouse.core.errors import Explained, LakehouseError, Unavailable, explain, transient
+from lakehouse.core.settings import Settings
 from lakehouse.observe import progress
 from lakehouse.runtime.spark import STATE_FORMAT, TRACE_FILE
 from lakehouse.storage import catalog
@@ -29,6 +30,27 @@ AfterBatch = Callable[[int, Held], None]
 
 def nothing_after_batch(_batch_id: int, _held: Held) -> None:
     """The default of a stream run on its own, e.g. by a test: nothing."""
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A streaming job, declared by its module as `STREAM`, as `@model` declares a model:
+    what it reads, where its checkpoint is, what it writes, how to run and sum it up.
+    `lakehouse.definitions` makes it a node of the pipeline's graph."""
+
+    layer: str
+    reads: str
+    """The Delta table it reads incrementally, or `kafka`."""
+    checkpoint: str
+    writes: tuple[str, ...]
+    """Every table it writes: while it runs, it holds their leases on S3 and compacts them."""
+    run: Callable[..., RunStats]
+    """`run(spark, settings, continuous=, after_batch=, full_refresh=, stop=)`, and
+    `trace=` where `traced`."""
+    summary: Callable[[SparkSession, Settings, RunStats], list[str]]
+    """The lines a run ends with."""
+    traced: bool = False
+    """Whether it can record the state transitions of chosen sessions (`--trace`)."""
 
 
 def run_foreach_batch(
