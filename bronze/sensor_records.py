@@ -171,6 +171,7 @@ def run(
                 "every record bronze does)"
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
+        recorder = progress.listen(spark)
         kafka_changes.finish(spark, settings, checkpoint)
         topics = kafka_changes.topics(spark, settings, checkpoint)
         refuse_kafka_losses(spark, settings, checkpoint)
@@ -185,7 +186,7 @@ def run(
             # Spark counts a batch's input once per plan that reads the source, and a gate
             # that judges in several passes reads it more than once: each record is one row.
             if (records := gate.offered.get(NAME)) is not None:
-                progress.RECORDER.note(txn, input_rows=records)
+                recorder.note(txn, input_rows=records)
             after_batch(txn.version, held)
 
         source = read_kafka(

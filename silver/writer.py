@@ -106,6 +106,7 @@ class SilverWriter:
             settings.storage.table_uri("bronze.sensor_records")
         )
         self.gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
+        self.recorder = progress.listen(spark)
 
     def __call__(self, batch: DataFrame, txn: Txn) -> None:
         self.held.check()
@@ -117,7 +118,7 @@ class SilverWriter:
         batch.persist()
         try:
             counted = tally(batch)
-            progress.RECORDER.note(txn, violations=counted.by_reason)
+            self.recorder.note(txn, violations=counted.by_reason)
             # Most batches that expire nothing and receive nothing (a batch the watermark
             # ran) have nothing to write: not a job more (a replay finds the same nothing).
             # A rebuild replaces every table, empty or not.

@@ -265,16 +265,16 @@ class Recorder(StreamingQueryListener):
         pass
 
 
-RECORDER = Recorder()
-"""The process's one recorder: streams note their batches in it wherever they run."""
-
-
 def listen(spark: SparkSession) -> Recorder:
-    """The recorder, listening to this session's streams (registered once)."""
-    if not getattr(spark, "_lakehouse_listening", False):
-        spark.streams.addListener(RECORDER)
-        spark._lakehouse_listening = True  # type: ignore[attr-defined]
-    return RECORDER
+    """The recorder of this session's streams, made and registered at the first call. A
+    stream's job passes it to what notes its batches (its writer, its gate): inside
+    `foreachBatch` the batch's session is a clone, which has none."""
+    recorder: Recorder | None = getattr(spark, "_lakehouse_recorder", None)
+    if recorder is None:
+        recorder = Recorder()
+        spark.streams.addListener(recorder)
+        spark._lakehouse_recorder = recorder  # type: ignore[attr-defined]
+    return recorder
 
 
 FLUSH_EVERY_S = 10.0
@@ -287,27 +287,28 @@ class StreamRecording:
 
     def __init__(self, spark: SparkSession, node: str, uri: str, query_id: str) -> None:
         self.spark, self.uri, self.query_id = spark, uri, query_id
-        listen(spark).follow(query_id, node)
+        self.recorder = listen(spark)
+        self.recorder.follow(query_id, node)
         self._flushed = time.monotonic()
 
     def flush(self, force: bool = False) -> None:
         """Append what the listener holds, at most every FLUSH_EVERY_S unless `force`."""
         if force or time.monotonic() - self._flushed >= FLUSH_EVERY_S:
-            rows = RECORDER.take(self.query_id)
+            rows = self.recorder.take(self.query_id)
             self._flushed = time.monotonic()
             try:
                 append(self.spark, self.uri, rows)
             except Exception:
-                RECORDER.put_back(self.query_id, rows)  # for the next flush to try again
+                self.recorder.put_back(self.query_id, rows)  # for the next flush to try again
                 raise
 
     def input_rows(self, batch_id: int, counted: int) -> int:
         """The batch's input rows as recorded: see `Recorder.input_rows`."""
-        return RECORDER.input_rows(self.query_id, batch_id, counted)
+        return self.recorder.input_rows(self.query_id, batch_id, counted)
 
     def close(self, last_batch: int) -> None:
         """Append everything up to `last_batch`, the query's last executed batch."""
-        RECORDER.wait_for(self.query_id, last_batch)
+        self.recorder.wait_for(self.query_id, last_batch)
         self.flush(force=True)
 
 
