@@ -4,7 +4,6 @@ and `check` use too."""
 from __future__ import annotations
 
 import argparse
-import time
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import settings_of, spark_for
@@ -110,26 +109,10 @@ def walk(
     runner: NodeRunner,
     args: argparse.Namespace,
 ) -> list[NodeResult]:
-    """Run `nodes` with `runner`, then write run_results.json and manifest.json (also
-    when a node raised: the results so far)."""
+    """`graph.execute.walk` for this command: its arguments in run_results.json."""
     from lakehouse import definitions as pipeline
-    from lakehouse.graph.execute import execute, record_nodes, write_artifacts
-    from lakehouse.quality.store import new_run_id
+    from lakehouse.graph import execute
 
-    started, run_id = time.monotonic(), new_run_id()
-    results: list[NodeResult] = []
-    try:
-        with runner:
-            results = execute(graph, nodes, runner)
-    finally:
-        record_nodes(runner.spark, settings, results)
-        folder = write_artifacts(
-            settings.storage.local_state_dir,
-            run_id,
-            {k: v for k, v in vars(args).items() if k != "handler"},
-            results,
-            pipeline.manifest(settings, graph),
-            time.monotonic() - started,
-        )
-        echo(f"run results: {folder / 'run_results.json'}")
-    return results
+    invocation = {k: v for k, v in vars(args).items() if k != "handler"}
+    manifest = pipeline.manifest(settings, graph)
+    return execute.walk(settings, graph, nodes, runner, invocation, manifest)

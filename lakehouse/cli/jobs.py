@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import pairs, spark_for
@@ -183,52 +184,48 @@ def run_all_continuously(
     args: argparse.Namespace,
 ) -> None:
     """The streams side by side and gold on its schedule, supervised, until stopped."""
-    from lakehouse import definitions as pipeline
-    from lakehouse.cli.build import walk
     from lakehouse.graph.nodes import select
-    from lakehouse.observe import progress
-    from lakehouse.runtime.streams import stopping_on_signals
-    from lakehouse.runtime.supervise import Part, every, supervise
+    from lakehouse.runtime.supervise import run_all
 
-    def stream(node: Node) -> Part:
-        session = spark.newSession()
-
-        def run(stop: threading.Event) -> None:
-            # Its jobs in a pool of its own (under spark.scheduler.mode FAIR, parts share
-            # the cores rather than queue behind one another's jobs); a query started
-            # from this thread keeps it.
-            session.sparkContext.setLocalProperty("spark.scheduler.pool", node.name)
-            pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
-
-        return Part(node.name, run)
-
-    gold_session = spark.newSession()
-
-    def gold() -> None:
-        gold_session.sparkContext.setLocalProperty("spark.scheduler.pool", "gold")
-        runner = pipeline.NodeRunner(gold_session, settings)
-        results = walk(settings, graph, models, runner, args)
-        echo(gold_summary(runner))
-        if failed := next((r.error for r in results if r.error is not None), None):
-            raise failed
-
-    def record(part: str, status: str, message: str) -> None:
-        kind = "stream" if part in pipeline.STREAMS else "model"
-        progress.record_event(spark, settings, part, kind, status, message)
-
+    streams = {
+        node.name: partial(_run_stream, settings, node, trace)
+        for node in select(graph, ["bronze", "silver"])
+    }
     echo(
         f"run all: the bronze and silver streams, and {len(models)} gold models every "
         f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
     )
-    with stopping_on_signals("run all") as stop:
-        parts = [stream(n) for n in select(graph, ["bronze", "silver"])]
-        parts.append(Part("gold", every(settings.gold.every_seconds, gold)))
-        failure = supervise(parts, settings.supervision, stop, record)
-    if failure is not None:
-        raise LakehouseError(
-            f"{failure.part} failed: {failure.line}; every other part stopped after its "
-            "running batch"
-        )
+    gold = partial(_run_gold, settings, graph, models, args)
+    run_all(spark, settings, streams, gold)
+
+
+def _run_stream(
+    settings: Settings,
+    node: Node,
+    trace: frozenset[str] | None,
+    session: SparkSession,
+    stop: threading.Event,
+) -> None:
+    from lakehouse import definitions as pipeline
+
+    pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
+
+
+def _run_gold(
+    settings: Settings,
+    graph: Graph,
+    models: list[Node],
+    args: argparse.Namespace,
+    session: SparkSession,
+) -> None:
+    from lakehouse import definitions as pipeline
+    from lakehouse.cli.build import walk
+
+    runner = pipeline.NodeRunner(session, settings)
+    results = walk(settings, graph, models, runner, args)
+    echo(gold_summary(runner))
+    if failed := next((r.error for r in results if r.error is not None), None):
+        raise failed
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pyspark.sql import SparkSession
 
@@ -26,6 +26,7 @@ from lakehouse.core.errors import explain, first_line
 from lakehouse.core.settings import Settings
 from lakehouse.graph.nodes import Graph, Node
 from lakehouse.observe import metrics, progress
+from lakehouse.quality.store import new_run_id
 
 Status = Literal["success", "warn", "error", "skipped"]
 KEPT_RUNS = 10
@@ -114,6 +115,48 @@ def execute(
         detail = f": {done.message}" if done.message else ""
         echo(f"{prefix} {done.status.upper()} ({seconds:.1f}s){detail}")
     return list(results.values())
+
+
+class Runner(Protocol):
+    """Runs one node in a Spark session; holds what a walk needs until it ends."""
+
+    spark: SparkSession
+
+    def __call__(self, node: Node) -> Done: ...
+
+    def __enter__(self) -> Runner: ...
+
+    def __exit__(self, *_: object) -> None: ...
+
+
+def walk(
+    settings: Settings,
+    graph: Graph,
+    nodes: list[Node],
+    runner: Runner,
+    invocation: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+) -> list[NodeResult]:
+    """Run `nodes` with `runner`, record each in the progress tables, then write
+    run_results.json (with the command's `invocation`) and `manifest` (also when a node
+    raised: the results so far)."""
+    started, run_id = time.monotonic(), new_run_id()
+    results: list[NodeResult] = []
+    try:
+        with runner:
+            results = execute(graph, nodes, runner)
+    finally:
+        record_nodes(runner.spark, settings, results)
+        folder = write_artifacts(
+            settings.storage.local_state_dir,
+            run_id,
+            invocation,
+            results,
+            manifest,
+            time.monotonic() - started,
+        )
+        echo(f"run results: {folder / 'run_results.json'}")
+    return results
 
 
 def tally(results: Sequence[NodeResult]) -> str:

@@ -14,12 +14,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from pyspark.sql import SparkSession
 
 from lakehouse.core.console import echo
 from lakehouse.core.errors import LakehouseError, explain, transient
-from lakehouse.core.settings import SupervisionSettings
+from lakehouse.core.settings import Settings, SupervisionSettings
+from lakehouse.observe import progress
+from lakehouse.runtime.streams import stopping_on_signals
 
 
 @dataclass
@@ -131,3 +137,45 @@ def every(seconds: float, run: Callable[[], None]) -> Callable[[threading.Event]
             run()
 
     return part
+
+
+def run_all(
+    spark: SparkSession,
+    settings: Settings,
+    streams: Mapping[str, Callable[[SparkSession, threading.Event], None]],
+    gold: Callable[[SparkSession], None],
+) -> None:
+    """The pipeline as deployed: each of `streams` (`run(session, stop)`) and `gold` every
+    `gold.every_seconds`, each in a Spark session and scheduler pool of its own, supervised
+    until SIGINT or SIGTERM. A part that fails for good stops the others after their
+    running batch, and its line is raised."""
+    parts = [
+        Part(name, partial(_in_pool, spark.newSession(), name, run))
+        for name, run in streams.items()
+    ]
+    gold_in_its_pool = partial(_in_pool, spark.newSession(), "gold", gold)
+    parts.append(Part("gold", every(settings.gold.every_seconds, gold_in_its_pool)))
+    record = partial(_record, spark, settings, frozenset(streams))
+    with stopping_on_signals("run all") as stop:
+        failure = supervise(parts, settings.supervision, stop, record)
+    if failure is not None:
+        raise LakehouseError(
+            f"{failure.part} failed: {failure.line}; every other part stopped after its "
+            "running batch"
+        )
+
+
+def _in_pool(session: SparkSession, pool: str, run: Callable[..., None], *args: Any) -> None:
+    """`run(session, *args)` with its jobs in a scheduler pool of its own: under
+    spark.scheduler.mode FAIR, parts share the cores rather than queue behind one another's
+    jobs; a query started from this thread keeps it."""
+    session.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    run(session, *args)
+
+
+def _record(
+    spark: SparkSession, settings: Settings, streams: frozenset[str], part: str, status: str,
+    message: str,
+) -> None:  # fmt: skip
+    kind = "stream" if part in streams else "model"
+    progress.record_event(spark, settings, part, kind, status, message)
