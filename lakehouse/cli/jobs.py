@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 
 
 def add_commands(commands: Any) -> None:
+    _add_run(commands)
+    _add_status(commands)
+    _add_inspect(commands)
+    _add_compact(commands)
+
+
+def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="run a layer's job, or the whole pipeline (all)",
@@ -72,6 +79,8 @@ def add_commands(commands: Any) -> None:
     )
     run.set_defaults(handler=run_layer, command="run")
 
+
+def _add_status(commands: Any) -> None:
     status = commands.add_parser(
         "status",
         help="is the pipeline keeping up, is its data fresh? (exit 0 ok, 1 warn, 2 error)",
@@ -95,6 +104,8 @@ def add_commands(commands: Any) -> None:
     )
     status.set_defaults(handler=run_status)
 
+
+def _add_inspect(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="show the live session state in silver's checkpoint",
@@ -105,6 +116,8 @@ def add_commands(commands: Any) -> None:
     inspect.add_argument("--limit", type=int, default=50, help="at most this many lines")
     inspect.set_defaults(handler=run_inspect)
 
+
+def _add_compact(commands: Any) -> None:
     compact = commands.add_parser(
         "compact",
         help="OPTIMIZE (bin-packing, clustering) and VACUUM the tables",
