@@ -7,8 +7,10 @@ import hashlib
 import os
 import re
 import sys
+import threading
 import time
 import zipfile
+from importlib import import_module
 from pathlib import Path
 
 from pyspark import SparkConf, SparkContext
@@ -17,6 +19,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
+from lakehouse.core.console import divert, echo
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import EMBEDDED, Settings
 from lakehouse.services import jars, running_address
@@ -154,6 +157,27 @@ def start_jvm(conf: dict[str, str], log: Path) -> None:
                 raise LakehouseError(f"Spark's JVM did not start; see {log}") from None
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+def session_for(
+    settings: Settings, app: str, extra: dict[str, str] | None = None, validates: bool = False
+) -> SparkSession:
+    """A Spark application named `lakehouse-<app>`, whose log (Spark's, the JVM's, Python's
+    warnings) is named once on the console. `validates`: the command runs Great
+    Expectations (a walk of the graph, its checks or its report)."""
+    name = f"lakehouse-{app}"
+    log = log_file(settings, name)
+    echo(f"Spark log: {log}", err=True)
+    divert(log)
+    if not validates:
+        return build_spark(settings, app_name=name, extra=extra)
+    # Great Expectations takes ~3 s of Python to import, and the JVM as long to start in a
+    # process of its own: while this thread waits for the JVM, another imports.
+    importing = threading.Thread(target=import_module, args=("great_expectations",), daemon=True)
+    importing.start()
+    spark = build_spark(settings, app_name=name, extra=extra)
+    importing.join()
+    return spark
 
 
 def embedded_cluster(settings: Settings) -> tuple[str, str]:
