@@ -25,9 +25,10 @@ from typing import ClassVar
 
 import pyspark
 
-from lakehouse.core.console import echo
-from lakehouse.core.errors import LakehouseError, explain
-from lakehouse.services import jars, process
+from lakehouse import jars
+from lakehouse.console import echo
+from lakehouse.errors import LakehouseError, explain
+from lakehouse.services import process
 
 DATABASE = "metastore"
 TEMPLATE_DIR = jars.JARS_DIR.parent / "metastore-template"

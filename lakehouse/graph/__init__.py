@@ -1,3 +1,0 @@
-"""Graph: nodes and selection, the walk, gold's models."""
-
-from __future__ import annotations
