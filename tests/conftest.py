@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -48,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     # A module ranks as its first test does: its tests stay together (and its fixtures
     # are made once), in their own order (the sort is stable).
-    module_rank: dict[object, tuple[int, int]] = {}
+    module_rank: dict[Path, tuple[int, int]] = {}
     for item in items:
         module_rank.setdefault(item.path, rank(item))
     items.sort(key=lambda item: module_rank[item.path])
