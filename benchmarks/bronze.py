@@ -20,10 +20,10 @@ from pathlib import Path
 
 from benchmarks.common import broker, fmt, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse.console import echo
-from lakehouse.producer import produce
-from lakehouse.settings import Settings
-from lakehouse.spark import build_spark
+from lakehouse.core.console import echo
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import produce
+from lakehouse.runtime.spark import build_spark
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks.common import broker, run_environ
 from lakehouse import PROJECT_ROOT
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.ops.producer import TrafficSpec, produce
 
 C1 = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 """C1 alone, with the code cache C2 would have (C1 alone reserves 48 MB)."""

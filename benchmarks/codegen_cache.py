@@ -1,5 +1,5 @@
 """Silver's steady batches with Spark's cache of generated classes at its default size
-(100 plans) and at the size the jobs set (`CODEGEN_CACHE` in lakehouse/spark.py).
+(100 plans) and at the size the jobs set (`CODEGEN_CACHE` in lakehouse/runtime/spark.py).
 
 A Spark application compiles a class for each plan it runs, and keeps them by their source
 in a cache of fixed size. The size is fixed when the JVM starts, so each variant is a
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import broker, run_settings
-from lakehouse.producer import TrafficSpec, produce
-from lakehouse.spark import CODEGEN_CACHE
+from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.runtime.spark import CODEGEN_CACHE
 
 VARIANTS = {"spark's default": "100", "the jobs' setting": ""}
 """The cache's size in each variant; empty: what `build_spark` sets, unchanged."""
@@ -63,7 +63,7 @@ def measure(entries: str, bootstrap: str, root: str, batches: int) -> dict[str, 
     """Silver over `batches` bronze commits after the first, twice; the second lake's
     batches, seconds and classes compiled, and the cache's size in effect."""
     from bronze import sensor_records
-    from lakehouse.spark import build_spark
+    from lakehouse.runtime.spark import build_spark
     from silver import reconstruct
 
     result: dict[str, float | str] = {}

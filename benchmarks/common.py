@@ -13,9 +13,9 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lakehouse.producer import TrafficSpec
+from lakehouse.core.settings import Settings, load_settings
+from lakehouse.ops.producer import TrafficSpec
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings, load_settings
 
 
 def traffic_parser(

@@ -31,13 +31,13 @@ import pandas as pd
 
 from benchmarks.common import fmt, run_settings, timed
 from bronze import sensor_records
-from lakehouse import delta
-from lakehouse.compaction import compact, snapshot
-from lakehouse.incremental import ModelRun, run_models
-from lakehouse.pipeline import MODELS, READERS
-from lakehouse.producer import TrafficSpec, generate_traffic
+from lakehouse.definitions import MODELS, READERS
+from lakehouse.graph.models import ModelRun, run_models
+from lakehouse.ops.compaction import compact, snapshot
+from lakehouse.ops.producer import TrafficSpec, generate_traffic
 from lakehouse.quality.gates import WriteGate, write_gate
-from lakehouse.spark import build_spark
+from lakehouse.runtime.spark import build_spark
+from lakehouse.storage import delta
 from silver import reconstruct, row_changes
 
 QUERY = """

@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 
 from benchmarks.common import timed
 from benchmarks.gold import Lake
-from lakehouse import incremental
-from lakehouse.incremental import Source, run_models
-from lakehouse.pipeline import MODELS
+from lakehouse.definitions import MODELS
+from lakehouse.graph import models as incremental
+from lakehouse.graph.models import Source, run_models
 
 
 def pin_by_describe(spark: SparkSession, name: str, uri: str) -> Source:

@@ -42,12 +42,12 @@ from pyspark.sql import functions as F
 
 from benchmarks.common import broker, run_environ
 from lakehouse import PROJECT_ROOT
-from lakehouse.producer import TrafficSpec, produce
-from lakehouse.settings import load_settings
-from lakehouse.spark import build_spark
+from lakehouse.core.settings import load_settings
+from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.runtime.spark import build_spark
 from silver import reconstruct, row_changes
 
-# The line `lakehouse run` prints after each batch (lakehouse/streaming.py).
+# The line `lakehouse run` prints after each batch (lakehouse/runtime/streams.py).
 SILVER_READ = re.compile(rf"{re.escape(reconstruct.QUERY_NAME)}: batch \d+ .* ([\d,]+) this run")
 # The line `run all` prints after each run of gold (lakehouse/cli/jobs.py).
 GOLD_RAN = re.compile(r"^gold: \d+ models", re.M)

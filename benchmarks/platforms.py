@@ -27,12 +27,12 @@ from pyspark.sql import SparkSession
 
 from benchmarks.common import broker, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse.console import echo
-from lakehouse.producer import produce
+from lakehouse.core.console import echo
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import produce
+from lakehouse.runtime.spark import build_spark
 from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import Settings
-from lakehouse.spark import build_spark
 from silver import reconstruct
 
 KEYS = ("bench", "bench-secret")

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from benchmarks.common import fmt, run_settings, timed, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse.producer import produce
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import produce
+from lakehouse.runtime.spark import build_spark
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings
-from lakehouse.spark import build_spark
 from silver import reconstruct
 
 

@@ -27,6 +27,7 @@ and a probe of the two Python state APIs doing the same per-session work.
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -41,11 +42,11 @@ from pyspark.sql import functions as F
 
 from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
-from lakehouse import delta
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.runtime.spark import build_spark
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings
-from lakehouse.spark import build_spark
+from lakehouse.storage import delta
 from silver import reconstruct, row_changes, session_rows, sessions
 from silver.parsing import parse_records
 
@@ -74,120 +75,99 @@ def main() -> None:
         try:
             spark: SparkSession | None = None
             if not args.state_only:
-                spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
-                settings, spark = ingest(
-                    root / "main", bootstrap, spec, "sensors.", spark, args.driver_memory
-                )
-                total = (
-                    spark.read.format("delta")
-                    .load(settings.storage.table_uri("bronze.sensor_records"))
-                    .count()
-                )
-
-                parse_s = best_of(
-                    2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}")
-                )
-                limit_s = best_of(
-                    2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}")
-                )
-                jvm_limit_s = best_of(
-                    2, lambda n: time_jvm_stateful_limit(spark, settings, root / f"jvm-{n}")
-                )
-                silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
-                writes_s = best_of(
-                    2, lambda n: time_silver_writes(spark, root / "silver-0", root / f"writes-{n}")
-                )
-                seed_s = best_of(2, lambda n: time_jvm_peer(spark, settings, root / f"seed-{n}"))
-                python_s = best_of(
-                    2, lambda n: time_python_peer(spark, settings, root / f"python-{n}")
-                )
-                print(
-                    f"\nbronze records:          {total:,} "
-                    f"({args.sensors * args.sessions:,} concurrent sessions)"
-                )
-                print(
-                    f"(a) bronze->parse->noop: {total / parse_s:>10,.0f} records/s ({parse_s:.1f}s)"
-                )
-                print(
-                    f"(b) full silver job:     {total / silver_s:>10,.0f} records/s "
-                    f"({silver_s:.1f}s)"
-                )
-                print(
-                    f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)"
-                )
-                print(
-                    f"(d) stateful limit, JVM: {total / jvm_limit_s:>10,.0f} records/s "
-                    f"({jvm_limit_s:.1f}s)"
-                )
-                print(
-                    f"(e) silver's writes:     {total / writes_s:>10,.0f} records/s "
-                    f"({writes_s:.1f}s)"
-                )
-                print(
-                    f"(f) peer: JVM state, one row per record to Delta: "
-                    f"{total / seed_s:>10,.0f} records/s ({seed_s:.1f}s)"
-                )
-                print(
-                    f"(g) peer: Python state, one row per record to Delta: "
-                    f"{total / python_s:>10,.0f} records/s ({python_s:.1f}s)"
-                )
-                print(f"ratio b/a:               {parse_s / silver_s:.2f}")
-                print(f"ratio b/f (silver / the seed design): {seed_s / silver_s:.2f}")
-                print(f"ratio b/g (silver / the Python peer): {python_s / silver_s:.2f}")
-                print(f"ratio c/a:               {parse_s / limit_s:.2f}")
-                print(f"ratio b/c:               {limit_s / silver_s:.2f}")
-                print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}")
-                print(
-                    f"ratio a/(d+e), at most:  {parse_s / (jvm_limit_s + writes_s):.2f}", flush=True
-                )
-
-                probe_apis(spark, settings, root / "probe", total)
-
+                spark = throughput(args, root, bootstrap)
             if args.state_sessions:
-                per_sensor = args.state_sessions // 20
-                wide = TrafficSpec(
-                    sensors=20,
-                    first_sensor=100,
-                    sessions_per_sensor=per_sensor,
-                    updates_per_session=5,
-                    rows_per_snapshot=args.rows,
-                    session_stagger_seconds=0.0,
-                    end_sessions=False,
-                    partitions=4,
-                )
-                state_settings, spark = ingest(
-                    root / "state", bootstrap, wide, "wide.", spark, args.driver_memory
-                )
-                with PeakMemory(spark) as memory:
-                    reconstruct.run(spark, state_settings)
-                live = reconstruct.live_state(spark, state_settings)
-                sizes = live.agg(F.count("*").alias("n"), F.sum("state_bytes").alias("b")).first()
-                on_disk = dir_bytes(
-                    root
-                    / "state"
-                    / "lake"
-                    / "_checkpoints"
-                    / "silver"
-                    / "sessions_stream"
-                    / "state"
-                )
-                print(f"\nlive sessions in state:  {sizes.n:,}, each a {args.rows}-row table")
-                print(
-                    f"state values (JSON):     {sizes.b / 2**20:,.1f} MiB "
-                    f"({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
-                )
-                print(f"RocksDB checkpoint dir:  {on_disk / 2**20:,.1f} MiB on disk")
-                print(
-                    f"peak JVM heap in use:    {memory.heap_bytes / 2**30:.2f} GiB "
-                    f"(at most; spark.driver.memory {spark.conf.get('spark.driver.memory')})"
-                )
-                print(
-                    f"peak RSS:                JVM {memory.jvm_bytes / 2**30:.2f} GiB "
-                    f"(spark.driver.memory {spark.conf.get('spark.driver.memory')}), "
-                    f"largest Python worker {memory.worker_bytes / 2**20:,.0f} MiB"
-                )
+                state_size(args, root, bootstrap, spark)
         finally:
             broker.stop()
+
+
+def throughput(args: argparse.Namespace, root: Path, bootstrap: str) -> SparkSession:
+    """Silver and its baselines over the same bronze: records per second and ratios."""
+    spec = traffic_spec(args, session_stagger_seconds=0.5, partitions=4)
+    settings, spark = ingest(root / "main", bootstrap, spec, "sensors.", None, args.driver_memory)
+    total = (
+        spark.read.format("delta").load(settings.storage.table_uri("bronze.sensor_records")).count()
+    )
+
+    parse_s = best_of(2, lambda n: time_parse_noop(spark, settings, root / f"parse-{n}"))
+    limit_s = best_of(2, lambda n: time_stateful_limit(spark, settings, root / f"limit-{n}"))
+    jvm_limit_s = best_of(2, lambda n: time_jvm_stateful_limit(spark, settings, root / f"jvm-{n}"))
+    silver_s = best_of(2, lambda n: time_silver(spark, settings, root / f"silver-{n}"))
+    writes_s = best_of(
+        2, lambda n: time_silver_writes(spark, root / "silver-0", root / f"writes-{n}")
+    )
+    seed_s = best_of(2, lambda n: time_jvm_peer(spark, settings, root / f"seed-{n}"))
+    python_s = best_of(2, lambda n: time_python_peer(spark, settings, root / f"python-{n}"))
+    print(
+        f"\nbronze records:          {total:,} "
+        f"({args.sensors * args.sessions:,} concurrent sessions)"
+    )
+    print(f"(a) bronze->parse->noop: {total / parse_s:>10,.0f} records/s ({parse_s:.1f}s)")
+    print(f"(b) full silver job:     {total / silver_s:>10,.0f} records/s ({silver_s:.1f}s)")
+    print(f"(c) stateful limit:      {total / limit_s:>10,.0f} records/s ({limit_s:.1f}s)")
+    print(f"(d) stateful limit, JVM: {total / jvm_limit_s:>10,.0f} records/s ({jvm_limit_s:.1f}s)")
+    print(f"(e) silver's writes:     {total / writes_s:>10,.0f} records/s ({writes_s:.1f}s)")
+    print(
+        f"(f) peer: JVM state, one row per record to Delta: "
+        f"{total / seed_s:>10,.0f} records/s ({seed_s:.1f}s)"
+    )
+    print(
+        f"(g) peer: Python state, one row per record to Delta: "
+        f"{total / python_s:>10,.0f} records/s ({python_s:.1f}s)"
+    )
+    print(f"ratio b/a:               {parse_s / silver_s:.2f}")
+    print(f"ratio b/f (silver / the seed design): {seed_s / silver_s:.2f}")
+    print(f"ratio b/g (silver / the Python peer): {python_s / silver_s:.2f}")
+    print(f"ratio c/a:               {parse_s / limit_s:.2f}")
+    print(f"ratio b/c:               {limit_s / silver_s:.2f}")
+    print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}")
+    print(f"ratio a/(d+e), at most:  {parse_s / (jvm_limit_s + writes_s):.2f}", flush=True)
+
+    probe_apis(spark, settings, root / "probe", total)
+    return spark
+
+
+def state_size(
+    args: argparse.Namespace, root: Path, bootstrap: str, spark: SparkSession | None
+) -> None:
+    """What many live sessions cost: state values, RocksDB on disk, peak memory."""
+    per_sensor = args.state_sessions // 20
+    wide = TrafficSpec(
+        sensors=20,
+        first_sensor=100,
+        sessions_per_sensor=per_sensor,
+        updates_per_session=5,
+        rows_per_snapshot=args.rows,
+        session_stagger_seconds=0.0,
+        end_sessions=False,
+        partitions=4,
+    )
+    state_settings, spark = ingest(
+        root / "state", bootstrap, wide, "wide.", spark, args.driver_memory
+    )
+    with PeakMemory(spark) as memory:
+        reconstruct.run(spark, state_settings)
+    live = reconstruct.live_state(spark, state_settings)
+    sizes = live.agg(F.count("*").alias("n"), F.sum("state_bytes").alias("b")).first()
+    on_disk = dir_bytes(
+        root / "state" / "lake" / "_checkpoints" / "silver" / "sessions_stream" / "state"
+    )
+    print(f"\nlive sessions in state:  {sizes.n:,}, each a {args.rows}-row table")
+    print(
+        f"state values (JSON):     {sizes.b / 2**20:,.1f} MiB "
+        f"({sizes.b / sizes.n / 1024:,.1f} KiB/session)"
+    )
+    print(f"RocksDB checkpoint dir:  {on_disk / 2**20:,.1f} MiB on disk")
+    print(
+        f"peak JVM heap in use:    {memory.heap_bytes / 2**30:.2f} GiB "
+        f"(at most; spark.driver.memory {spark.conf.get('spark.driver.memory')})"
+    )
+    print(
+        f"peak RSS:                JVM {memory.jvm_bytes / 2**30:.2f} GiB "
+        f"(spark.driver.memory {spark.conf.get('spark.driver.memory')}), "
+        f"largest Python worker {memory.worker_bytes / 2**20:,.0f} MiB"
+    )
 
 
 def ingest(

@@ -28,10 +28,11 @@ from typing import Any
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta, lease, positions
-from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings
-from lakehouse.tables import TableSpec
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
+from lakehouse.core.tables import TableSpec
+from lakehouse.ops import positions
+from lakehouse.storage import catalog, delta
 
 TABLE = TableSpec(
     name="bronze.kafka_changes",
@@ -204,74 +205,6 @@ def topics_of(recorded: Iterable[Mapping[str, Any]], checkpoint_id: str | None) 
     )
 
 
-def accept(
-    spark: SparkSession,
-    settings: Settings,
-    change: str,
-    topic: str,
-    partition: int | None = None,
-    reason: str | None = None,
-) -> Accepted:
-    """Accept one change (`offsets_lost` of a partition, `topic_retired`,
-    `topic_recreated`): record it, then commit the batch that skips it. Run while bronze
-    is stopped: its leases (on S3) or lock files (on local disk) make sure it is. Returns
-    the batch and what it changed."""
-    from bronze import sensor_records
-    from lakehouse.services.kafka import watermarks
-
-    checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
-    location = settings.storage.table_uri(NAME)
-    with lease.holding(settings, sensor_records.WRITES, f"accept {change}", exclusive=True):
-        stands = positions.kafka_checkpoint(spark, checkpoint)
-        if stands is None:
-            raise LakehouseError(
-                "bronze has committed no batch yet: there is nothing to go on from; ingest "
-                "everything again with `lakehouse run bronze --full-refresh`"
-            )
-        if stands.planned is not None and delta.holds(
-            spark,
-            settings.storage.table_uri(sensor_records.NAME),
-            delta.Txn(stands.query_id, stands.committed + 1),
-        ):
-            raise LakehouseError(
-                f"bronze wrote its batch {stands.committed + 1} but did not commit it: run "
-                "bronze once more first (it commits the batch without writing it again)"
-            )
-        delta.create(spark, TABLE, location)
-        finished = finish(spark, settings, checkpoint)
-        if finished and all(
-            c.change == change and c.topic == topic and partition in (None, c.partition)
-            for c in finished
-        ):
-            # This very change, recorded by a command cut short before its commit.
-            return Accepted(stands.committed + 1, finished, finished=True)
-        stands = positions.kafka_checkpoint(spark, checkpoint) or stands
-        batch, position = stands.committed + 1, stands.position
-        known = topics(spark, settings, checkpoint)
-        incarnation = known.incarnations.get(topic, 1)
-        kafka = watermarks(settings)
-        if change == "offsets_lost":
-            assert partition is not None
-            changes = lost_offsets(position, kafka, topic, partition, incarnation)
-        elif change == "topic_retired":
-            changes = retired_topic(position, stands.planned or {}, kafka, topic, incarnation)
-        else:
-            changes = recreated_topic(position, kafka, topic, topic in known.retired, incarnation)
-        _record(spark, location, changes, batch, stands.query_id, reason)
-        positions.commit_kafka_position(spark, checkpoint, moved(position, changes))
-        return Accepted(batch, changes)
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """What an acceptance did: the bronze batch it made and the partitions it changed;
-    `finished`: it committed the same change, recorded by a command cut short."""
-
-    batch: int
-    changes: list[Change]
-    finished: bool = False
-
-
 def finish(spark: SparkSession, settings: Settings, checkpoint: str) -> list[Change]:
     """The changes recorded but not committed (their command was cut short between the
     two), committed now: bronze then goes on as the record says."""
@@ -292,7 +225,7 @@ def finish(spark: SparkSession, settings: Settings, checkpoint: str) -> list[Cha
     return recorded
 
 
-def _record(
+def record(
     spark: SparkSession,
     location: str,
     changes: Sequence[Change],

@@ -10,30 +10,34 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bronze import kafka_changes
-from lakehouse import catalog, delta, lease, positions, progress
-from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError, offsets_lost, topics_gone
+from lakehouse.core.errors import LakehouseError, offsets_lost, topics_gone
+from lakehouse.core.settings import KafkaSettings, Settings
+from lakehouse.core.tables import TableSpec
+from lakehouse.observe import progress
+from lakehouse.ops import positions
 from lakehouse.quality import gates, store
+from lakehouse.runtime.streams import (
+    AfterBatch,
+    RunStats,
+    Stream,
+    checkpoint_started,
+    nothing_after_batch,
+    run_foreach_batch,
+)
 from lakehouse.services.kafka import (
     check_reachable,
     java_options,
     resolve_bootstrap,
     watermarks,
 )
-from lakehouse.settings import KafkaSettings, Settings
-from lakehouse.streaming import (
-    AfterBatch,
-    RunStats,
-    checkpoint_started,
-    nothing_after_batch,
-    run_foreach_batch,
-)
-from lakehouse.tables import TableSpec
+from lakehouse.storage import catalog, delta, lease
+from lakehouse.storage.delta import Txn
 
 TABLE = TableSpec(
     name="bronze.sensor_records",
@@ -167,6 +171,7 @@ def run(
                 "every record bronze does)"
             )
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
+        recorder = progress.listen(spark)
         kafka_changes.finish(spark, settings, checkpoint)
         topics = kafka_changes.topics(spark, settings, checkpoint)
         refuse_kafka_losses(spark, settings, checkpoint)
@@ -181,7 +186,7 @@ def run(
             # Spark counts a batch's input once per plan that reads the source, and a gate
             # that judges in several passes reads it more than once: each record is one row.
             if (records := gate.offered.get(NAME)) is not None:
-                progress.RECORDER.note(txn, input_rows=records)
+                recorder.note(txn, input_rows=records)
             after_batch(txn.version, held)
 
         source = read_kafka(
@@ -284,3 +289,78 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
         pairs = ", ".join(f"{k}={v:,}" for k, v in quarantined.items())
         lines.append(f"  quarantined by its suite (bronze.quarantine): {pairs}")
     return lines
+
+
+STREAM = Stream("bronze", "kafka", CHECKPOINT, WRITES, run, summary)
+"""Bronze as a node of the pipeline: every Kafka record into `bronze.sensor_records`."""
+
+
+def accept_kafka_change(
+    spark: SparkSession,
+    settings: Settings,
+    change: str,
+    topic: str,
+    partition: int | None = None,
+    reason: str | None = None,
+) -> Accepted:
+    """Accept one change (`offsets_lost` of a partition, `topic_retired`,
+    `topic_recreated`): record it, then commit the batch that skips it. Run while bronze
+    is stopped: its leases (on S3) or lock files (on local disk) make sure it is. Returns
+    the batch and what it changed."""
+    from lakehouse.services.kafka import watermarks
+
+    checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
+    location = settings.storage.table_uri(kafka_changes.NAME)
+    with lease.holding(settings, WRITES, f"accept {change}", exclusive=True):
+        stands = positions.kafka_checkpoint(spark, checkpoint)
+        if stands is None:
+            raise LakehouseError(
+                "bronze has committed no batch yet: there is nothing to go on from; ingest "
+                "everything again with `lakehouse run bronze --full-refresh`"
+            )
+        if stands.planned is not None and delta.holds(
+            spark,
+            settings.storage.table_uri(NAME),
+            delta.Txn(stands.query_id, stands.committed + 1),
+        ):
+            raise LakehouseError(
+                f"bronze wrote its batch {stands.committed + 1} but did not commit it: run "
+                "bronze once more first (it commits the batch without writing it again)"
+            )
+        delta.create(spark, kafka_changes.TABLE, location)
+        finished = kafka_changes.finish(spark, settings, checkpoint)
+        if finished and all(
+            c.change == change and c.topic == topic and partition in (None, c.partition)
+            for c in finished
+        ):
+            # This very change, recorded by a command cut short before its commit.
+            return Accepted(stands.committed + 1, finished, finished=True)
+        stands = positions.kafka_checkpoint(spark, checkpoint) or stands
+        batch, position = stands.committed + 1, stands.position
+        known = kafka_changes.topics(spark, settings, checkpoint)
+        incarnation = known.incarnations.get(topic, 1)
+        kafka = watermarks(settings)
+        if change == "offsets_lost":
+            assert partition is not None
+            changes = kafka_changes.lost_offsets(position, kafka, topic, partition, incarnation)
+        elif change == "topic_retired":
+            changes = kafka_changes.retired_topic(
+                position, stands.planned or {}, kafka, topic, incarnation
+            )
+        else:
+            changes = kafka_changes.recreated_topic(
+                position, kafka, topic, topic in known.retired, incarnation
+            )
+        kafka_changes.record(spark, location, changes, batch, stands.query_id, reason)
+        positions.commit_kafka_position(spark, checkpoint, kafka_changes.moved(position, changes))
+        return Accepted(batch, changes)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What an acceptance did: the bronze batch it made and the partitions it changed;
+    `finished`: it committed the same change, recorded by a command cut short."""
+
+    batch: int
+    changes: list[kafka_changes.Change]
+    finished: bool = False

@@ -6,7 +6,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from gold import sensor_hourly
-from lakehouse.incremental import model
+from lakehouse.graph.models import model
 
 NAME = "gold.sensor_daily"
 KEY = ("sensor_id", "day")

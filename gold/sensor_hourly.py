@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.incremental import model
+from lakehouse.graph.models import model
 from silver import protocol, row_changes
 
 NAME = "gold.sensor_hourly"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.incremental import model
+from lakehouse.graph.models import model
 from silver import sessions, violations
 
 NAME = "gold.session_summary"

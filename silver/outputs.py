@@ -22,7 +22,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lakehouse.tables import Column, TableSpec, columns_of
+from lakehouse.core.tables import Column, TableSpec, columns_of
 from silver import row_changes, sessions, state_transitions, violations
 
 TABLES = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE, sessions.TABLE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
 from silver import protocol
 from silver.session_machine import RowChange
 

@@ -529,85 +529,36 @@ class SessionMachine:
         self, state: SessionState, record: Record, out: Output, action: str = "apply"
     ) -> str:
         assert record.seq is not None
-        if record.kind == "update" and not state.has_snapshot:
-            return self._reject(
-                state,
-                record,
-                out,
-                Reason.UPDATE_BEFORE_SNAPSHOT,
-                "update before the session's first snapshot",
-                record.seq,
-            )
-        unknown_row = record.op == "delete" and record.row_id not in state.row_ids
-        if record.kind == "update" and unknown_row and self.mode is Mode.STRICT:
-            return self._reject(
-                state,
-                record,
-                out,
-                Reason.UNKNOWN_ROW,
-                f"delete of unknown row {record.row_id}",
-                record.seq,
-            )
-        if self._too_many_rows(state, record):
-            return self._reject(
-                state,
-                record,
-                out,
-                Reason.ROWS_BOUND,
-                f"the session's table would pass {self.max_rows:,} rows "
-                "(silver.bounds.rows_per_session)",
-                record.seq,
-            )
+        if refused := self._refusal(state, record):
+            return self._reject(state, record, out, *refused, record.seq)
         self._advance(state, record.seq)
-        seq = record.seq
-
-        def change(row_id: str, op: str, values: dict[str, Any] | None) -> None:
-            out.changes.append(
-                RowChange(
-                    state.session_id,
-                    state.sensor_id,
-                    row_id,
-                    op,
-                    values,
-                    seq,
-                    record.event_time,
-                    record.lineage,
-                )
-            )
-
         if record.kind == "snapshot":
-            assert record.rows is not None
-            for row_id in sorted(state.row_ids - record.rows.keys()):
-                change(row_id, "delete", None)
-            for row_id, values in record.rows.items():
-                change(row_id, "snapshot", values)
-            state.row_ids = set(record.rows)
-            state.has_snapshot = True
-            state.snapshots += 1
+            _apply_snapshot(state, record, out)
         elif record.kind == "update":
-            assert record.row_id is not None
-            state.updates += 1
-            if record.op == "delete":
-                if record.row_id in state.row_ids:
-                    state.row_ids.remove(record.row_id)
-                    change(record.row_id, "delete", None)
-            else:
-                assert record.values is not None
-                change(
-                    record.row_id,
-                    "update" if record.row_id in state.row_ids else "insert",
-                    record.values,
-                )
-                state.row_ids.add(record.row_id)
+            _apply_update(state, record, out)
         else:
             # What is left of a closed session is a tombstone of counters, kept until the
             # timeout so that a straggler is recognised as arriving after the end.
             self._reject_waiting(
-                state, out, Reason.AFTER_END, f"when the session ended at seq {seq}"
+                state, out, Reason.AFTER_END, f"when the session ended at seq {record.seq}"
             )
             state.status, state.rows_at_end = Status.CLOSED, len(state.row_ids)
             state.row_ids, state.pending, state.seen = set(), {}, SeqRanges()
         return action
+
+    def _refusal(self, state: SessionState, record: Record) -> tuple[Reason, str] | None:
+        """Why `record`, next in sequence, is rejected rather than applied, if it is."""
+        if record.kind == "update" and not state.has_snapshot:
+            return Reason.UPDATE_BEFORE_SNAPSHOT, "update before the session's first snapshot"
+        unknown_row = record.op == "delete" and record.row_id not in state.row_ids
+        if record.kind == "update" and unknown_row and self.mode is Mode.STRICT:
+            return Reason.UNKNOWN_ROW, f"delete of unknown row {record.row_id}"
+        if self._too_many_rows(state, record):
+            return Reason.ROWS_BOUND, (
+                f"the session's table would pass {self.max_rows:,} rows "
+                "(silver.bounds.rows_per_session)"
+            )
+        return None
 
     def _too_many_rows(self, state: SessionState, record: Record) -> bool:
         if record.kind == "snapshot":
@@ -624,3 +575,46 @@ class SessionMachine:
         if state.first_seq is None:
             state.first_seq = seq
         state.last_seq = seq if state.last_seq is None else max(state.last_seq, seq)
+
+
+def _apply_snapshot(state: SessionState, record: Record, out: Output) -> None:
+    """The session's table becomes the snapshot's rows: those it lacks are deleted."""
+    assert record.rows is not None
+    for row_id in sorted(state.row_ids - record.rows.keys()):
+        out.changes.append(_row_change(state, record, row_id, "delete", None))
+    for row_id, values in record.rows.items():
+        out.changes.append(_row_change(state, record, row_id, "snapshot", values))
+    state.row_ids = set(record.rows)
+    state.has_snapshot = True
+    state.snapshots += 1
+
+
+def _apply_update(state: SessionState, record: Record, out: Output) -> None:
+    """One row inserted, updated or deleted (a delete of a row it lacks changes nothing)."""
+    assert record.row_id is not None
+    state.updates += 1
+    if record.op == "delete":
+        if record.row_id in state.row_ids:
+            state.row_ids.remove(record.row_id)
+            out.changes.append(_row_change(state, record, record.row_id, "delete", None))
+        return
+    assert record.values is not None
+    op = "update" if record.row_id in state.row_ids else "insert"
+    out.changes.append(_row_change(state, record, record.row_id, op, record.values))
+    state.row_ids.add(record.row_id)
+
+
+def _row_change(
+    state: SessionState, record: Record, row_id: str, op: str, values: dict[str, Any] | None
+) -> RowChange:
+    assert record.seq is not None
+    return RowChange(
+        state.session_id,
+        state.sensor_id,
+        row_id,
+        op,
+        values,
+        record.seq,
+        record.event_time,
+        record.lineage,
+    )

@@ -10,9 +10,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from lakehouse import delta
-from lakehouse.delta import Txn
-from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.storage import delta
+from lakehouse.storage.delta import Txn
 from silver import protocol
 
 TABLE = TableSpec(

@@ -10,9 +10,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from lakehouse import delta
-from lakehouse.delta import Txn
-from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.storage import delta
+from lakehouse.storage.delta import Txn
 from silver.session_machine import SessionState
 
 TABLE = TableSpec(

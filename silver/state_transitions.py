@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
 from silver.session_machine import Transition
 
 TABLE = TableSpec(

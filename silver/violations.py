@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakehouse.tables import LINEAGE_COLUMNS, TableSpec
+from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
 from silver.session_machine import Violation
 
 TABLE = TableSpec(

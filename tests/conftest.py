@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from lakehouse.catalog import LAYERS
+from lakehouse.runtime.spark import build_spark
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.services.metastore import EmbeddedMetastore
-from lakehouse.spark import build_spark
+from lakehouse.storage.catalog import LAYERS
 from tests.support import INTERPRETED_PLANS, METASTORE_ENV, settings_for
 
 # `make test` gives the modules to two workers, a module at a time, in collection order

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from lakehouse.cli import bronze, build, jobs, produce, quality, services, setup, sql, storage
-from lakehouse.errors import LakehouseError, SettingsError
+from lakehouse.core.errors import LakehouseError, SettingsError
 
 DESCRIPTION = """\
 Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.

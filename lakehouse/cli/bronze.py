@@ -1,5 +1,5 @@
 """`lakehouse bronze accept-loss|retire-topic|accept-recreated|changes`: the operator's
-ways on when Kafka changed under bronze, each recorded in bronze.kafka_changes."""
+ways on when Kafka changed under bronze, each recorded in bronze.definitions.CHANGE_LOG."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from lakehouse.cli.context import spark_for
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 
 AFTER = (
     "Run while bronze is stopped: refused while it runs (its leases on S3, its lock files "
@@ -72,35 +72,35 @@ def add_commands(commands: Any) -> None:
         action.set_defaults(handler=run_accept, change=change)
 
     changes = actions.add_parser(
-        "changes", help="list the changes accepted", description="bronze.kafka_changes."
+        "changes", help="list the changes accepted", description="bronze.definitions.CHANGE_LOG."
     )
     changes.set_defaults(handler=run_changes)
 
 
 def run_accept(args: argparse.Namespace) -> None:
-    from bronze import kafka_changes
+    from lakehouse import definitions
 
     settings, spark = spark_for(args, "bronze-accept")
     partition = getattr(args, "partition", None)
-    accepted = kafka_changes.accept(
+    accepted = definitions.accept_kafka_change(
         spark, settings, args.change, args.topic, partition, args.reason
     )
     if accepted.finished:
         echo(
-            f"{kafka_changes.NAME}: finished the change recorded for bronze batch "
+            f"{definitions.CHANGE_LOG.NAME}: finished the change recorded for bronze batch "
             f"{accepted.batch} by a command cut short; nothing more to accept:"
         )
     else:
-        echo(f"{kafka_changes.NAME}: accepted in bronze batch {accepted.batch}:")
+        echo(f"{definitions.CHANGE_LOG.NAME}: accepted in bronze batch {accepted.batch}:")
     for change in accepted.changes:
-        echo(f"  {kafka_changes.describe(asdict(change))}")
+        echo(f"  {definitions.CHANGE_LOG.describe(asdict(change))}")
 
 
 def run_changes(args: argparse.Namespace) -> None:
-    from bronze import kafka_changes
+    from lakehouse import definitions
 
     settings, spark = spark_for(args, "bronze-changes")
-    found = kafka_changes.history(spark, settings)
-    echo(f"{kafka_changes.NAME}: {len(found)} partitions changed")
+    found = definitions.CHANGE_LOG.history(spark, settings)
+    echo(f"{definitions.CHANGE_LOG.NAME}: {len(found)} partitions changed")
     for row in found:
-        echo(f"  batch {row['bronze_batch']}: {kafka_changes.describe(row)}")
+        echo(f"  batch {row['bronze_batch']}: {definitions.CHANGE_LOG.describe(row)}")

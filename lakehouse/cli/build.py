@@ -4,17 +4,16 @@ and `check` use too."""
 from __future__ import annotations
 
 import argparse
-import time
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import settings_of, spark_for
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 
 if TYPE_CHECKING:
-    from lakehouse.execution import NodeResult
-    from lakehouse.graph import Graph, Node
-    from lakehouse.pipeline import NodeRunner
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
+    from lakehouse.definitions import NodeRunner
+    from lakehouse.graph.execute import NodeResult
+    from lakehouse.graph.nodes import Graph, Node
 
 SELECTION_HELP = (
     "nodes as dbt selects them: a name (silver, gold.sensor_hourly or sensor_hourly, "
@@ -65,8 +64,8 @@ def add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def run_ls(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
-    from lakehouse.graph import select
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph.nodes import select
 
     graph = pipeline.graph(settings_of(args))
     for line in pipeline.plan(graph, select(graph, args.select, args.exclude)):
@@ -74,9 +73,10 @@ def run_ls(args: argparse.Namespace) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from lakehouse import metrics, pipeline
-    from lakehouse.execution import tally
-    from lakehouse.graph import select
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph.execute import tally
+    from lakehouse.graph.nodes import select
+    from lakehouse.observe import metrics
 
     settings = settings_of(args)
     graph = pipeline.graph(settings)
@@ -109,26 +109,10 @@ def walk(
     runner: NodeRunner,
     args: argparse.Namespace,
 ) -> list[NodeResult]:
-    """Run `nodes` with `runner`, then write run_results.json and manifest.json (also
-    when a node raised: the results so far)."""
-    from lakehouse import pipeline, progress
-    from lakehouse.execution import execute, write_artifacts
-    from lakehouse.quality.store import new_run_id
+    """`graph.execute.walk` for this command: its arguments in run_results.json."""
+    from lakehouse import definitions as pipeline
+    from lakehouse.graph import execute
 
-    started, run_id = time.monotonic(), new_run_id()
-    results: list[NodeResult] = []
-    try:
-        with runner:
-            results = execute(graph, nodes, runner)
-    finally:
-        progress.record_nodes(runner.spark, settings, results)
-        folder = write_artifacts(
-            settings.storage.local_state_dir,
-            run_id,
-            {k: v for k, v in vars(args).items() if k != "handler"},
-            results,
-            pipeline.manifest(settings, graph),
-            time.monotonic() - started,
-        )
-        echo(f"run results: {folder / 'run_results.json'}")
-    return results
+    invocation = {k: v for k, v in vars(args).items() if k != "handler"}
+    manifest = pipeline.manifest(settings, graph)
+    return execute.walk(settings, graph, nodes, runner, invocation, manifest)

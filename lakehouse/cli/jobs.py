@@ -5,21 +5,29 @@ from __future__ import annotations
 
 import argparse
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.cli.context import pairs, spark_for
-from lakehouse.console import echo
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError, explain
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakehouse.graph import Graph, Node
-    from lakehouse.pipeline import NodeRunner
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
+    from lakehouse.definitions import NodeRunner
+    from lakehouse.graph.nodes import Graph, Node
 
 
 def add_commands(commands: Any) -> None:
+    _add_run(commands)
+    _add_status(commands)
+    _add_inspect(commands)
+    _add_compact(commands)
+
+
+def _add_run(commands: Any) -> None:
     run = commands.add_parser(
         "run",
         help="run a layer's job, or the whole pipeline (all)",
@@ -71,6 +79,8 @@ def add_commands(commands: Any) -> None:
     )
     run.set_defaults(handler=run_layer, command="run")
 
+
+def _add_status(commands: Any) -> None:
     status = commands.add_parser(
         "status",
         help="is the pipeline keeping up, is its data fresh? (exit 0 ok, 1 warn, 2 error)",
@@ -94,6 +104,8 @@ def add_commands(commands: Any) -> None:
     )
     status.set_defaults(handler=run_status)
 
+
+def _add_inspect(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="show the live session state in silver's checkpoint",
@@ -104,6 +116,8 @@ def add_commands(commands: Any) -> None:
     inspect.add_argument("--limit", type=int, default=50, help="at most this many lines")
     inspect.set_defaults(handler=run_inspect)
 
+
+def _add_compact(commands: Any) -> None:
     compact = commands.add_parser(
         "compact",
         help="OPTIMIZE (bin-packing, clustering) and VACUUM the tables",
@@ -129,9 +143,10 @@ def add_commands(commands: Any) -> None:
 
 
 def run_layer(args: argparse.Namespace) -> None:
-    from lakehouse import metrics, pipeline
+    from lakehouse import definitions as pipeline
     from lakehouse.cli.build import walk
-    from lakehouse.graph import select
+    from lakehouse.graph.nodes import select
+    from lakehouse.observe import metrics
 
     if args.layer not in ("gold", "all") and args.select:
         raise LakehouseError("--select applies to `run gold` and `run all` only")
@@ -182,69 +197,68 @@ def run_all_continuously(
     args: argparse.Namespace,
 ) -> None:
     """The streams side by side and gold on its schedule, supervised, until stopped."""
-    from lakehouse import pipeline, progress
-    from lakehouse.cli.build import walk
-    from lakehouse.graph import select
-    from lakehouse.streaming import stopping_on_signals
-    from lakehouse.supervisor import Part, every, supervise
+    from lakehouse.graph.nodes import select
+    from lakehouse.runtime.supervise import run_all
 
-    def stream(node: Node) -> Part:
-        session = spark.newSession()
-
-        def run(stop: threading.Event) -> None:
-            # Its jobs in a pool of its own (under spark.scheduler.mode FAIR, parts share
-            # the cores rather than queue behind one another's jobs); a query started
-            # from this thread keeps it.
-            session.sparkContext.setLocalProperty("spark.scheduler.pool", node.name)
-            pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
-
-        return Part(node.name, run)
-
-    gold_session = spark.newSession()
-
-    def gold() -> None:
-        gold_session.sparkContext.setLocalProperty("spark.scheduler.pool", "gold")
-        runner = pipeline.NodeRunner(gold_session, settings)
-        results = walk(settings, graph, models, runner, args)
-        echo(gold_summary(runner))
-        if failed := next((r.error for r in results if r.error is not None), None):
-            raise failed
-
-    def record(part: str, status: str, message: str) -> None:
-        kind = "stream" if part in pipeline.STREAMS else "model"
-        progress.record_event(spark, settings, part, kind, status, message)
-
+    streams = {
+        node.name: partial(_run_stream, settings, node, trace)
+        for node in select(graph, ["bronze", "silver"])
+    }
     echo(
         f"run all: the bronze and silver streams, and {len(models)} gold models every "
         f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
     )
-    with stopping_on_signals("run all") as stop:
-        parts = [stream(n) for n in select(graph, ["bronze", "silver"])]
-        parts.append(Part("gold", every(settings.gold.every_seconds, gold)))
-        failure = supervise(parts, settings.supervision, stop, record)
-    if failure is not None:
-        raise LakehouseError(
-            f"{failure.part} failed: {failure.line}; every other part stopped after its "
-            "running batch"
-        )
+    gold = partial(_run_gold, settings, graph, models, args)
+    run_all(spark, settings, streams, gold)
+
+
+def _run_stream(
+    settings: Settings,
+    node: Node,
+    trace: frozenset[str] | None,
+    session: SparkSession,
+    stop: threading.Event,
+) -> None:
+    from lakehouse import definitions as pipeline
+
+    pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
+
+
+def _run_gold(
+    settings: Settings,
+    graph: Graph,
+    models: list[Node],
+    args: argparse.Namespace,
+    session: SparkSession,
+) -> None:
+    from lakehouse import definitions as pipeline
+    from lakehouse.cli.build import walk
+
+    runner = pipeline.NodeRunner(session, settings)
+    results = walk(settings, graph, models, runner, args)
+    echo(gold_summary(runner))
+    if failed := next((r.error for r in results if r.error is not None), None):
+        raise failed
 
 
 def run_status(args: argparse.Namespace) -> int:
     import json
 
-    from lakehouse import pipeline
-    from lakehouse.status import lines, status
+    from lakehouse import definitions as pipeline
+    from lakehouse.ops.status import lines, status
 
     settings, spark = spark_for(args, "status")
     try:
-        found = status(spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS)
+        found = status(
+            spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS, pipeline.CHANGE_LOG
+        )
     except Exception as error:  # not knowing is an error to whoever alerts on the exit code
         echo(f"lakehouse: error: status unknown: {explain(error)}", err=True)
         return 2
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
     else:
-        for line in lines(found, args.partitions):
+        for line in lines(found, pipeline.CHANGE_LOG, args.partitions):
             echo(line)
     return found.exit_code
 
@@ -252,7 +266,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> None:
     from pyspark.sql import functions as F
 
-    from lakehouse import pipeline
+    from lakehouse import definitions as pipeline
 
     settings, spark = spark_for(args, "inspect")
     try:
@@ -274,9 +288,9 @@ def run_inspect(args: argparse.Namespace) -> None:
 
 
 def run_compact(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
-    from lakehouse.compaction import compact
-    from lakehouse.lease import LeaseRefused
+    from lakehouse import definitions as pipeline
+    from lakehouse.ops.compaction import compact
+    from lakehouse.storage.lease import LeaseRefused
 
     settings, spark = spark_for(args, "compact")
     try:

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakehouse.cli.context import settings_of
-from lakehouse.console import echo
-from lakehouse.errors import LakehouseError
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError
 
 
 def add_commands(commands: Any) -> None:
@@ -50,7 +50,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_produce(args: argparse.Namespace) -> None:
-    from lakehouse.producer import TrafficSpec, produce
+    from lakehouse.ops.producer import TrafficSpec, produce
     from lakehouse.services.kafka import check_reachable, client_options, resolve_bootstrap
 
     settings = settings_of(args)

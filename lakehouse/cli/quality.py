@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lakehouse.catalog import LAYERS
 from lakehouse.cli.context import spark_for
-from lakehouse.console import echo
+from lakehouse.core.console import echo
+from lakehouse.storage.catalog import LAYERS
 
 
 def add_commands(commands: Any) -> None:
@@ -45,9 +45,9 @@ def add_commands(commands: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from lakehouse import pipeline
+    from lakehouse import definitions as pipeline
     from lakehouse.cli.build import walk
-    from lakehouse.graph import check_name, select
+    from lakehouse.graph.nodes import check_name, select
 
     settings, spark = spark_for(args, "check", validates=True)
     graph = pipeline.graph(settings)
@@ -68,10 +68,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> None:
-    from lakehouse import pipeline
-    from lakehouse.quality.checks import build_data_docs, latest_checks, summary
-    from lakehouse.quality.plots_page import write_plots_page
-    from lakehouse.quality.tables_page import write_tables_page
+    from lakehouse import definitions as pipeline
+    from lakehouse.report.checks import build_data_docs, latest_checks, summary
+    from lakehouse.report.plots_page import write_plots_page
+    from lakehouse.report.tables_page import write_tables_page
 
     settings, spark = spark_for(args, "report", validates=True)
     index = build_data_docs(settings)
@@ -86,7 +86,7 @@ def run_report(args: argparse.Namespace) -> None:
     echo(f"tables, columns and the pipeline graph: {tables}")
     echo(f"progress over time (rates, Kafka lag, durations, freshness): {plots}")
     if args.publish:
-        from lakehouse.quality.publish import publish_site
+        from lakehouse.report.publish import publish_site
         from lakehouse.services import s3
 
         published = publish_site(index.parent, args.publish, s3.client(settings))

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from lakehouse.cli.context import settings_of, spark_for
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 from lakehouse.services import embedded
 
 HELP = {
@@ -54,7 +54,7 @@ def run_service(args: argparse.Namespace) -> int:
 
 
 def register_lake(args: argparse.Namespace) -> int:
-    from lakehouse.catalog import register_lake
+    from lakehouse.storage.catalog import register_lake
 
     settings, spark = spark_for(args, "catalog")
     names = register_lake(spark, settings.storage.root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 
 
 def add_commands(commands: Any) -> None:
@@ -17,9 +17,8 @@ def add_commands(commands: Any) -> None:
 
 
 def run_setup(args: argparse.Namespace) -> None:
-    from lakehouse import jars
-    from lakehouse.quality import data_docs
-    from lakehouse.services import metastore
+    from lakehouse.report import data_docs
+    from lakehouse.services import jars, metastore
 
     jars.resolve(force=args.force)
     jars.build_sql_extension(force=args.force)

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.cli.context import settings_of, spark_for
-from lakehouse.console import echo
-from lakehouse.errors import LakehouseError
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError
 
 
 def add_commands(commands: Any) -> None:
-    from lakehouse.sql import FORMATS
+    from lakehouse.ops.sql import FORMATS
 
     sql = commands.add_parser(
         "sql",
@@ -65,7 +65,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_sql(args: argparse.Namespace) -> None:
-    from lakehouse import sql
+    from lakehouse.ops import sql
 
     if bool(args.statement) == bool(args.file):
         raise LakehouseError("give either a statement or -f FILE")
@@ -86,7 +86,7 @@ def _read_text(path: Path) -> str:
 
 
 def run_sql_server(args: argparse.Namespace) -> None:
-    from lakehouse import sql
+    from lakehouse.ops import sql
     from lakehouse.services import process
 
     settings = settings_of(args)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from lakehouse.cli.context import settings_of
-from lakehouse.console import echo
+from lakehouse.core.console import echo
 
 
 def add_commands(commands: Any) -> None:
@@ -22,7 +22,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_storage(args: argparse.Namespace) -> None:
-    from lakehouse import storage
+    from lakehouse.storage import buckets as storage
 
     settings = settings_of(args)
     if args.action == "init":

@@ -14,7 +14,7 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 from lakehouse.quality.suites import QUARANTINABLE, Check, Suite
 
 BATCH_VIEW = "lakehouse_quality_batch"

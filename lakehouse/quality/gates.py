@@ -21,9 +21,9 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta, progress
-from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import QualitySettings, StorageSettings
+from lakehouse.observe import progress
 from lakehouse.quality.conditions import (
     ROWS,
     any_of,
@@ -44,7 +44,8 @@ from lakehouse.quality.store import (
 )
 from lakehouse.quality.suites import Check, load_suites
 from lakehouse.quality.validator import Validator
-from lakehouse.settings import QualitySettings, StorageSettings
+from lakehouse.storage import catalog, delta
+from lakehouse.storage.delta import Txn
 
 _FAIL_ROW = "lakehouse: a row failed a fail expectation"
 
@@ -122,13 +123,14 @@ def stream_gates(
 ) -> Callable[[Txn], BatchGate]:
     """A gate per micro-batch of a stream over `layer`, with the layer's suites; a
     pass-through when `quality.validate_streams` is off."""
+    recorder = progress.listen(spark)
     if not settings.validate_streams:
-        return lambda txn: BatchGate(None, storage, layer, txn, "")
+        return lambda txn: BatchGate(None, storage, layer, txn, "", recorder=recorder)
     create_tables(spark, storage, layer, [layer])
     streamed = [s.in_stream() for s in load_suites(settings.suites_dir, layer)]
     validator = Validator([s for s in streamed if s.checks])
     run_id = new_run_id()
-    return lambda txn: BatchGate(validator, storage, layer, txn, run_id)
+    return lambda txn: BatchGate(validator, storage, layer, txn, run_id, recorder=recorder)
 
 
 @dataclass
@@ -147,6 +149,8 @@ class BatchGate:
     outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
     quarantined: list[DataFrame] = field(default_factory=list)
     spark: SparkSession | None = None
+    recorder: progress.Recorder | None = None
+    """Where the stream's batch progress gets what the gate wrote and quarantined."""
 
     def admit(self, frame: DataFrame, table: str) -> DataFrame:
         """The rows of `frame` that may be written: all of them unless a quarantine
@@ -275,7 +279,8 @@ class BatchGate:
         delta.append(found, self.storage.table_uri(results_table(self.layer).name), self.txn)
         self._divert(spark, rebuild)
         diverted = sum(o.quarantined or 0 for os in self.outcomes.values() for o in os)
-        progress.RECORDER.note(self.txn, rows_written=self.offered, quarantined_rows=diverted)
+        if self.recorder is not None:
+            self.recorder.note(self.txn, rows_written=self.offered, quarantined_rows=diverted)
 
     @property
     def offered(self) -> dict[str, int]:

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta
+from lakehouse.core.settings import StorageSettings
+from lakehouse.core.tables import TableSpec
 from lakehouse.quality.suites import Check
-from lakehouse.settings import StorageSettings
-from lakehouse.tables import TableSpec
+from lakehouse.storage import catalog, delta
 
 RESULT_COLUMNS = """
     run_id STRING NOT NULL COMMENT 'the stream run, gold run or check that validated',

@@ -34,7 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 Severity = Literal["fail", "quarantine", "warn"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame
 
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.quality.store import Outcome
 from lakehouse.quality.suites import Suite
 

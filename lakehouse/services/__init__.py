@@ -14,13 +14,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from lakehouse.core.errors import LakehouseError
+
 if TYPE_CHECKING:
-    from lakehouse.settings import Settings
+    from lakehouse.core.settings import Settings
 
 
 class Service(Protocol):
     title: ClassVar[str]
     """What it is, for people: `Kafka broker`."""
+
+    @property
+    def home(self) -> Path:
+        """Its folder: data, log, pid and ports."""
 
     @property
     def log_file(self) -> Path: ...
@@ -33,6 +39,18 @@ class Service(Protocol):
 
     def stop(self) -> bool:
         """Stop it; False if it was not running."""
+
+
+def running_address(service: Service, command: str) -> str:
+    """The address of an embedded service the settings point at, or one line saying it is
+    not running and the command (`lakehouse <command> start`) that starts it."""
+    address = service.address()
+    if address is None:
+        raise LakehouseError(
+            f"the embedded {service.title} is not running (state in {service.home}); "
+            f"start it with `lakehouse {command} start`"
+        )
+    return address
 
 
 def embedded(settings: Settings) -> dict[str, Service]:

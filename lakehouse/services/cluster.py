@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 from lakehouse.services import process
 
 

@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse import jars
-from lakehouse.errors import LakehouseError, Unavailable, credentials_refused, explain
-from lakehouse.services import process, tls
-from lakehouse.settings import EMBEDDED, KafkaSettings, Settings
+from lakehouse.core.errors import LakehouseError, Unavailable, credentials_refused, explain
+from lakehouse.core.settings import EMBEDDED, KafkaSettings, Settings
+from lakehouse.services import jars, process, running_address, tls
 
 _LOG4J2 = """\
 status = warn
@@ -237,14 +236,7 @@ def resolve_bootstrap(settings: Settings) -> str:
     """The configured bootstrap servers, or the running embedded broker's address."""
     if settings.kafka.bootstrap_servers != EMBEDDED:
         return settings.kafka.bootstrap_servers
-    broker = EmbeddedKafka.under(settings.storage.local_state_dir)
-    address = broker.address()
-    if address is None:
-        raise LakehouseError(
-            f"the embedded Kafka broker is not running (state in {broker.home}); "
-            "start it with `lakehouse kafka start`"
-        )
-    return address
+    return running_address(EmbeddedKafka.under(settings.storage.local_state_dir), "kafka")
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 5.0) -> None:

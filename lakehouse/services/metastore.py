@@ -25,10 +25,9 @@ from typing import ClassVar
 
 import pyspark
 
-from lakehouse import jars
-from lakehouse.console import echo
-from lakehouse.errors import LakehouseError, explain
-from lakehouse.services import process
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError, explain
+from lakehouse.services import jars, process
 
 DATABASE = "metastore"
 TEMPLATE_DIR = jars.JARS_DIR.parent / "metastore-template"

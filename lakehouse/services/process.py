@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 
 def running_pid(pid_file: Path) -> int | None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lakehouse.errors import LakehouseError
-from lakehouse.services import process
-from lakehouse.settings import EMBEDDED, Settings
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import EMBEDDED, Settings
+from lakehouse.services import process, running_address
 
 # `weed mini` opens a server per component, each with an HTTP and a gRPC port; every one
 # is pinned to a free loopback port, or two servers (tests beside a demo) would collide.
@@ -202,14 +202,7 @@ def resolve_endpoint(settings: Settings) -> str | None:
     """The configured endpoint, the running embedded server's, or None for AWS itself."""
     if settings.s3.endpoint != EMBEDDED:
         return settings.s3.endpoint or None
-    server = EmbeddedS3.under(settings.storage.local_state_dir)
-    endpoint = server.address()
-    if endpoint is None:
-        raise LakehouseError(
-            f"the embedded S3 server is not running (state in {server.home}); "
-            "start it with `lakehouse s3 start`"
-        )
-    return endpoint
+    return running_address(EmbeddedS3.under(settings.storage.local_state_dir), "s3")
 
 
 def credentials(settings: Settings) -> tuple[str, str]:

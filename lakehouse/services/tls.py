@@ -11,7 +11,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from lakehouse.errors import LakehouseError, explain
+from lakehouse.core.errors import LakehouseError, explain
 
 TRUSTSTORE_PASSWORD = "lakehouse-ca"
 """The password of a truststore, which holds only a public certificate: it guards nothing,

@@ -14,7 +14,7 @@ from bronze.kafka_changes import (
     retired_topic,
     topics_of,
 )
-from lakehouse.errors import LakehouseError
+from lakehouse.core.errors import LakehouseError
 
 POSITION = {("s.a", 0): 120, ("s.a", 1): 80, ("s.b", 0): 40}
 

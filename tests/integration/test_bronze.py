@@ -16,11 +16,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from bronze import kafka_changes, sensor_records
-from lakehouse import positions
-from lakehouse.errors import LakehouseError
-from lakehouse.producer import MAX_VALUE_BYTES, TrafficSpec, produce
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import load_settings
+from lakehouse.ops import positions
+from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka, client_options
-from lakehouse.settings import load_settings
 from silver.parsing import parse_records
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
@@ -130,13 +130,13 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     with monkeypatch.context() as cut:
         cut.setattr(positions, "commit_kafka_position", _cut_short)
         with pytest.raises(CutShort):
-            kafka_changes.accept(spark, settings, "offsets_lost", topic, 0, "test")
-    again = kafka_changes.accept(spark, settings, "offsets_lost", topic, 0, "test")
+            sensor_records.accept_kafka_change(spark, settings, "offsets_lost", topic, 0, "test")
+    again = sensor_records.accept_kafka_change(spark, settings, "offsets_lost", topic, 0, "test")
     assert again.finished and [c.partition for c in again.changes] == [0]
     for tp in ends[1:]:
-        kafka_changes.accept(spark, settings, "offsets_lost", topic, tp.partition, "test")
+        sensor_records.accept_kafka_change(spark, settings, "offsets_lost", topic, tp.partition)
     with pytest.raises(LakehouseError, match=f"nothing of {topic} partition 0 is lost"):
-        kafka_changes.accept(spark, settings, "offsets_lost", topic, 0)
+        sensor_records.accept_kafka_change(spark, settings, "offsets_lost", topic, 0)
     sensor_records.run(spark, settings)
 
     last_ends = end_offsets(kafka_bootstrap, topic)
@@ -173,7 +173,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     with pytest.raises(LakehouseError, match=rf"Kafka topic {gone} is gone .*retire-topic {gone}"):
         sensor_records.run(spark, settings)
     with pytest.raises(LakehouseError, match=f"topic {kept} is still in Kafka"):
-        kafka_changes.accept(spark, settings, "topic_retired", kept)
+        sensor_records.accept_kafka_change(spark, settings, "topic_retired", kept)
     # As an operator does it: the command, its line, and the change recorded with its reason.
     env = overrides(tmp_path, kafka_bootstrap, prefix)
     retired = run_lakehouse("bronze", "retire-topic", gone, "--reason", "decommissioned", env=env)
@@ -187,7 +187,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     expected |= offsets_in_kafka(kafka_bootstrap, kept)
     with pytest.raises(LakehouseError, match=rf"topic {gone}, retired .* accept-recreated {gone}"):
         sensor_records.run(spark, settings)
-    kafka_changes.accept(spark, settings, "topic_recreated", gone)
+    sensor_records.accept_kafka_change(spark, settings, "topic_recreated", gone)
     sensor_records.run(spark, settings)
     expected |= offsets_in_kafka(kafka_bootstrap, gone, named=f"{gone}~2")
     assert offsets_held(spark, path) == sorted(expected)
@@ -198,7 +198,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
     produce(spec(prefix, sensors=1, seed=8, sessions_per_sensor=1), kafka_bootstrap)
     with pytest.raises(LakehouseError, match=rf"Kafka topic {kept} partition \d now ends at"):
         sensor_records.run(spark, settings)
-    kafka_changes.accept(spark, settings, "topic_recreated", kept)
+    sensor_records.accept_kafka_change(spark, settings, "topic_recreated", kept)
     sensor_records.run(spark, settings)
     expected |= offsets_in_kafka(kafka_bootstrap, kept, named=f"{kept}~2")
     assert offsets_held(spark, path) == sorted(expected)

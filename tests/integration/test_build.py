@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.producer import TrafficSpec, generate_traffic, produce
-from lakehouse.settings import Settings
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
 from tests.support import foreign_lines, overrides, run_lakehouse, settings_for
 from tests.support.browser import render
 

@@ -14,13 +14,13 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse import catalog, delta
-from lakehouse.compaction import compact, snapshot, storage
-from lakehouse.errors import LakehouseError
-from lakehouse.incremental import run_models
-from lakehouse.pipeline import MODELS, READERS
-from lakehouse.producer import TrafficSpec, generate_traffic, produce
-from lakehouse.settings import Settings
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
+from lakehouse.definitions import MODELS, READERS
+from lakehouse.graph.models import run_models
+from lakehouse.ops.compaction import compact, snapshot, storage
+from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.storage import catalog, delta
 from silver import reconstruct
 from tests.support import overrides, reference, settings_for, start_lakehouse
 from tests.support.gold import BASE, INCREMENTS, Bronze

@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.producer import produce
+from lakehouse.core.settings import StorageSettings, load_settings
+from lakehouse.ops.producer import produce
+from lakehouse.runtime.streams import checkpoint_format
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import StorageSettings, load_settings
-from lakehouse.streaming import checkpoint_format
 from silver import reconstruct
 from tests.support import S3_KEYS, lakehouse_command, reference
 from tests.support.bronze_tables import kafka_records, write_bronze

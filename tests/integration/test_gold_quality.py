@@ -14,13 +14,14 @@ from pyspark.sql import functions as F
 
 from gold import sensor_hourly, session_summary
 from lakehouse import PROJECT_ROOT
-from lakehouse.incremental import RUNS, run_models
-from lakehouse.pipeline import MODELS
-from lakehouse.producer import TrafficSpec
+from lakehouse.core.settings import Settings
+from lakehouse.definitions import MODELS
+from lakehouse.graph.models import run_models
+from lakehouse.ops.producer import TrafficSpec
 from lakehouse.quality.checks import Checker
 from lakehouse.quality.gates import QualityError, write_gate
 from lakehouse.quality.suites import load_suites
-from lakehouse.settings import Settings
+from lakehouse.storage.model_runs import RUNS
 from silver import reconstruct, row_changes, sessions
 from tests.support import settings_for
 from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from lakehouse.errors import LakehouseError
-from lakehouse.lease import LeaseRefused, TableLease, holding, writer_name
+from lakehouse.core.errors import LakehouseError
 from lakehouse.services.s3 import EmbeddedS3
+from lakehouse.storage.lease import LeaseRefused, TableLease, holding, writer_name
 from tests.support import S3_KEYS, settings_for
 
 pytestmark = pytest.mark.integration

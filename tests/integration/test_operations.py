@@ -19,12 +19,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse import catalog
-from lakehouse.pipeline import READERS, STREAMS
-from lakehouse.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.core.settings import Settings
+from lakehouse.definitions import CHANGE_LOG, READERS, STREAMS
+from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.ops.status import status as lakehouse_status
 from lakehouse.services import process
-from lakehouse.settings import Settings
-from lakehouse.status import status as lakehouse_status
+from lakehouse.storage import catalog
 from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
 
 pytestmark = pytest.mark.integration
@@ -139,7 +139,7 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     hourly = settings_for(
         root, kafka_bootstrap, PREFIX, status__freshness=freshness_rule(3600, 7200)
     )
-    fresh = lakehouse_status(spark, hourly, list(STREAMS.values()), READERS)
+    fresh = lakehouse_status(spark, hourly, list(STREAMS.values()), READERS, CHANGE_LOG)
     assert fresh.exit_code == 0 and fresh.freshness[0].age_seconds < 600
 
     # what status read is what the batches of both runs recorded: every record, once

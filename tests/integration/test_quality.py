@@ -13,13 +13,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT, delta
-from lakehouse.delta import Txn
+from lakehouse import PROJECT_ROOT
+from lakehouse.core.settings import StorageSettings
 from lakehouse.quality import conditions, store
 from lakehouse.quality.gates import BatchGate, QualityError
 from lakehouse.quality.suites import load_suites
 from lakehouse.quality.validator import Validator
-from lakehouse.settings import StorageSettings
+from lakehouse.storage import delta
+from lakehouse.storage.delta import Txn
 from silver import row_changes, session_rows, sessions, violations
 from tests.support.quality import NOW, good_rows, lineage
 

@@ -13,12 +13,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse.errors import LakehouseError
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.quality import store
-from lakehouse.quality.checks import build_data_docs, check_tables
+from lakehouse.quality.checks import check_tables
+from lakehouse.report.checks import build_data_docs
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.browser import render

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.incremental import run_models
-from lakehouse.pipeline import MODELS
-from lakehouse.producer import produce
+from lakehouse.core.settings import Settings
+from lakehouse.definitions import MODELS
+from lakehouse.graph.models import run_models
+from lakehouse.ops.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
-from lakehouse.settings import Settings
 from silver import reconstruct
 from tests.support import (
     foreign_lines,
@@ -206,7 +206,8 @@ def test_parts_starting_side_by_side_on_new_lakes_never_race_on_the_catalog(
     application, on new lakes in turn over a catalog that names the previous lake's
     tables: no part fails, and every name ends on the newest lake. Before the lock covered
     the catalog's reads, one start in four or so failed with TABLE_OR_VIEW_NOT_FOUND."""
-    from lakehouse import catalog, progress
+    from lakehouse.observe import progress
+    from lakehouse.storage import catalog
 
     writers = ("bronze", "silver", "gold")
     for lake in range(8):
@@ -228,7 +229,7 @@ def test_parts_starting_side_by_side_on_new_lakes_never_race_on_the_catalog(
 
 def start_part(spark: SparkSession, settings: Settings, writer: str, failures: list[str]) -> None:
     """A part's start, as far as the catalog goes, in a session of its own."""
-    from lakehouse import progress
+    from lakehouse.observe import progress
     from lakehouse.quality import store
 
     session = spark.newSession()

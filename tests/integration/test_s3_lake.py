@@ -19,10 +19,10 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.pipeline import STREAMS
-from lakehouse.producer import produce
+from lakehouse.core.settings import Settings, load_settings
+from lakehouse.definitions import STREAMS, run_stream
+from lakehouse.ops.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.settings import Settings, load_settings
 from silver import reconstruct
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
 from tests.support.s3 import (
@@ -136,7 +136,7 @@ def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_tabl
     # in this process's Spark: the claim is where the tables end, not the command.
     use_s3(spark, s3)
     whole = {**env, "LAKEHOUSE__SILVER__MAX_FILES_PER_TRIGGER": "1000"}
-    STREAMS["silver"].run(spark, load_settings("local", environ=whole), False, None, False, None)
+    run_stream(spark, load_settings("local", environ=whole), STREAMS["silver"])
     for name in WRITTEN_BY_STREAMS:
         on_s3 = read_s3(spark, s3, f"{root}/{name.replace('.', '/')}")
         on_disk = spark.read.format("delta").load(local.storage.table_uri(name))

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lakehouse.errors import LakehouseError
-from lakehouse.quality.publish import publish_site
+from lakehouse.core.errors import LakehouseError
+from lakehouse.report.publish import publish_site
 from lakehouse.services import s3 as s3_service
 from lakehouse.services.s3 import EmbeddedS3
 from tests.support import overrides, run_lakehouse, settings_for

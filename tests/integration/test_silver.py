@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from lakehouse.producer import TrafficSpec, produce
-from silver import reconstruct
+from lakehouse.ops.producer import TrafficSpec, produce
+from silver import processor, reconstruct
 from silver.session_machine import STATE_VERSION
 from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
@@ -173,7 +173,7 @@ def test_faults_from_the_broker_become_violations_by_reason(
 def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from lakehouse.errors import LakehouseError
+    from lakehouse.core.errors import LakehouseError
 
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
     bronze = s.storage.table_uri("bronze.sensor_records")
@@ -251,14 +251,14 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
 def test_state_schema_change_against_an_old_checkpoint_says_what_to_do(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lakehouse.errors import LakehouseError
+    from lakehouse.core.errors import LakehouseError
 
     s = settings_for(tmp_path, "127.0.0.1:9", "sensors.")
     path = s.storage.table_uri("bronze.sensor_records")
     write_bronze(spark, path, kafka_records(small_spec(8, {}, sensors=1)), 1, random.Random(8))
     reconstruct.run(spark, s)
     write_bronze(spark, path, kafka_records(small_spec(9, {}, sensors=1)), 1, random.Random(9))
-    monkeypatch.setattr(reconstruct, "STATE_SCHEMA", reconstruct.STATE_SCHEMA + ", extra STRING")
+    monkeypatch.setattr(processor, "STATE_SCHEMA", processor.STATE_SCHEMA + ", extra STRING")
 
     with pytest.raises(LakehouseError) as error:
         reconstruct.run(spark, s)

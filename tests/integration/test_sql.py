@@ -24,12 +24,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.incremental import run_models
-from lakehouse.pipeline import MODELS
+from lakehouse.core.settings import SQL_PASSWORD_ENV, Settings
+from lakehouse.definitions import MODELS
+from lakehouse.graph.models import run_models
+from lakehouse.ops.sql import jdbc_url
 from lakehouse.services import process
 from lakehouse.services.tls import SelfSigned
-from lakehouse.settings import SQL_PASSWORD_ENV, Settings
-from lakehouse.sql import jdbc_url
 from silver import reconstruct
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
 from tests.support.gold import INCREMENTS, Bronze

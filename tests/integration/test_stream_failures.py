@@ -8,9 +8,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.delta import Txn
-from lakehouse.errors import LakehouseError
-from lakehouse.streaming import run_foreach_batch
+from lakehouse.core.errors import LakehouseError
+from lakehouse.runtime.streams import run_foreach_batch
+from lakehouse.storage.delta import Txn
 
 pytestmark = pytest.mark.integration
 

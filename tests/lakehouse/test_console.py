@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.logger import PySparkLogger
 
-from lakehouse.console import Live, divert, echo
+from lakehouse.core.console import Live, divert, echo
 from tests.support import foreign_lines
 
 PROJECT = """\

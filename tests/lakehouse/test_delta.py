@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lakehouse.delta import side_by_side
+from lakehouse.storage.delta import side_by_side
 
 
 def test_side_by_side_gives_results_in_order_and_runs_calls_at_once() -> None:

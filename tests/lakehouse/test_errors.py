@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from lakehouse.errors import Thrown, cause_chain, describe, explain, transient
+from lakehouse.core.errors import Thrown, cause_chain, describe, explain, transient
 
 SDK = "software.amazon.awssdk.core.exception.SdkClientException"
 REFUSED = "Unable to execute HTTP request: Connect to 127.0.0.1:41457 [/127.0.0.1] failed: Connection refused"  # noqa: E501
@@ -127,8 +127,8 @@ def test_the_projects_own_error_in_a_batchs_traceback_keeps_its_words() -> None:
     # foreachBatch's failure reaches the JVM as the text of its Python traceback.
     traceback = (
         "An exception was raised by the Python Proxy. Return Message: Traceback (most recent "
-        'call last):\n  File "/work/main/lakehouse/lease.py", line 9, in check\n'
-        "lakehouse.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
+        'call last):\n  File "/work/main/lakehouse/storage/lease.py", line 9, in check\n'
+        "lakehouse.storage.lease.LeaseRefused: lost the lease of bronze.sensor_records\n"
     )
     chain = [STREAM_FAILED, Thrown("py4j.Py4JException", traceback)]
 
@@ -142,7 +142,7 @@ def test_a_failure_explained_inside_a_batch_is_reported_in_those_words_alone() -
         "py4j.protocol.Py4JJavaError: An error occurred while calling o809.save.\n"
         ": java.net.ConnectException: Connection refused\n"
         "\nThe above exception was the direct cause of the following exception:\n\n"
-        "lakehouse.errors.Explained: object storage at 127.0.0.1:1 did not answer\n"
+        "lakehouse.core.errors.Explained: object storage at 127.0.0.1:1 did not answer\n"
     )
     assert explain(traceback) == "object storage at 127.0.0.1:1 did not answer"
 

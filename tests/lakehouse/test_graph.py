@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse import pipeline
-from lakehouse.errors import LakehouseError
-from lakehouse.graph import Graph, Node, SelectionError, check_name, graph_of, select
-from lakehouse.settings import load_settings
+from lakehouse import definitions as pipeline
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import load_settings
+from lakehouse.graph.nodes import Graph, Node, SelectionError, check_name, graph_of, select
 
 
 def check(table: str, *inputs: str) -> Node:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bronze import kafka_changes, sensor_records
-from lakehouse.lease import LeaseRefused, holding
+from bronze import sensor_records
+from lakehouse.storage.lease import LeaseRefused, holding
 from tests.support import settings_for
 
 
@@ -50,4 +50,4 @@ def test_accepting_a_kafka_change_on_a_local_lake_is_refused_while_bronze_runs(
         holding(settings, sensor_records.WRITES, "the bronze stream"),
         pytest.raises(LeaseRefused, match=r"^bronze\.sensor_records is in use: accept "),
     ):
-        kafka_changes.accept(None, settings, "offsets_lost", "x.sensor-001", 0)  # type: ignore[arg-type]
+        sensor_records.accept_kafka_change(None, settings, "offsets_lost", "x.sensor-001", 0)  # type: ignore[arg-type]

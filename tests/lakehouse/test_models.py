@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from lakehouse.errors import LakehouseError
-from lakehouse.incremental import Model, dependency_order, dependency_waves
-from lakehouse.pipeline import MODELS
-from lakehouse.tables import TableSpec
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.tables import TableSpec
+from lakehouse.definitions import MODELS
+from lakehouse.graph.models import Model, dependency_order, dependency_waves
 
 
 def names(models: list[Model]) -> list[str]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from lakehouse import metrics
-from lakehouse.console import duration, size
-from lakehouse.delta import Txn
-from lakehouse.execution import NodeResult
-from lakehouse.progress import Recorder, batch_row, node_row
-from lakehouse.settings import FreshnessRule, KafkaLagRule, StallRule
-from lakehouse.status import (
+from bronze import kafka_changes
+from lakehouse.core.console import duration, size
+from lakehouse.core.settings import FreshnessRule, KafkaLagRule, StallRule
+from lakehouse.graph.execute import NodeResult, node_row
+from lakehouse.observe import metrics
+from lakehouse.observe.progress import Recorder, batch_row
+from lakehouse.ops.status import (
     Freshness,
     PartitionLag,
     Stall,
@@ -25,6 +25,7 @@ from lakehouse.status import (
     topic_lags,
     with_times,
 )
+from lakehouse.storage.delta import Txn
 
 # As Spark's StreamingQueryProgress.json has it for a Kafka source with a state operator.
 PROGRESS = {
@@ -192,7 +193,7 @@ def test_status_lists_the_kafka_changes_accepted_with_who_and_when() -> None:
         "accepted_at": datetime(2026, 11, 26, 3, 0, tzinfo=UTC),
         "reason": "retention ran out over the weekend",
     }
-    said = lines(Status(kafka_changes=[accepted]))
+    said = lines(Status(kafka_changes=[accepted]), kafka_changes)
     assert (
         "  batch 9: offsets_lost     sensors.a/0: skipped offsets 120..239, reads from 240, "
         "by ops at 2026-11-26 03:00:00: retention ran out over the weekend"
@@ -272,7 +273,7 @@ def test_status_shows_a_line_per_topic_and_the_partitions_behind_or_all_when_ask
     lags = [lagging("s.a", 0, 0, None), lagging("s.a", 1, 200, 90), lagging("s.b", 0, 0, None)]
     found = Status(kafka=lags, topics=topic_lags(lags, LAG_RULE, NOW))
 
-    short, every = lines(found), lines(found, partitions=True)
+    short, every = lines(found, kafka_changes), lines(found, kafka_changes, partitions=True)
 
     kafka = short[short.index("kafka lag (bronze behind the broker): 200 records") + 1 :]
     assert kafka[:3] == [

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from lakehouse import PROJECT_ROOT, pipeline
-from lakehouse.tables import columns_of
+from lakehouse import PROJECT_ROOT
+from lakehouse import definitions as pipeline
+from lakehouse.core.tables import columns_of
 from silver import reconstruct
 
 

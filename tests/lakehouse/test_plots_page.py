@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from lakehouse.quality.plots_page import (
+from lakehouse.report.plots_page import (
     NEWEST_COLUMNS,
     USED_COLUMNS,
     freshness,

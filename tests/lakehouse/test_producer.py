@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from lakehouse.errors import LakehouseError
-from lakehouse.producer import MAX_VALUE_BYTES, Record, TrafficSpec, generate_traffic
+from lakehouse.core.errors import LakehouseError
+from lakehouse.ops.producer import MAX_VALUE_BYTES, Record, TrafficSpec, generate_traffic
 
 SMALL = TrafficSpec(
     seed=3, sensors=3, sessions_per_sensor=3, rows_per_snapshot=20, updates_per_session=40

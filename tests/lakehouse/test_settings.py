@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.errors import SettingsError
+from lakehouse.core.errors import SettingsError
+from lakehouse.core.settings import KafkaSecurity, load_settings
+from lakehouse.runtime.spark import SECRET, secret
 from lakehouse.services.kafka import client_options, java_options
-from lakehouse.settings import KafkaSecurity, load_settings
-from lakehouse.spark import SECRET, secret
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_topic_pattern_is_anchored() -> None:
 
 
 def test_a_thrift_metastore_reaches_spark_as_the_hive_metastore_uri() -> None:
-    from lakehouse.spark import catalog_conf
+    from lakehouse.runtime.spark import catalog_conf
 
     settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "thrift://hms:9083"})
     conf = catalog_conf(settings)
@@ -131,8 +131,8 @@ def test_a_thrift_metastore_reaches_spark_as_the_hive_metastore_uri() -> None:
 
 
 def test_an_unknown_metastore_kind_is_an_error_naming_the_choices() -> None:
-    from lakehouse.errors import LakehouseError
-    from lakehouse.spark import catalog_conf
+    from lakehouse.core.errors import LakehouseError
+    from lakehouse.runtime.spark import catalog_conf
 
     settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "mysql://x"})
     with pytest.raises(LakehouseError, match="none of embedded, none, thrift://"):

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import Row
 
-from lakehouse.errors import SettingsError
-from lakehouse.settings import SQL_PASSWORD_ENV, SqlSettings
-from lakehouse.spark import secret
-from lakehouse.sql import (
+from lakehouse.core.errors import SettingsError
+from lakehouse.core.settings import SQL_PASSWORD_ENV, SqlSettings
+from lakehouse.ops.sql import (
     admission,
     authenticator_properties,
     jdbc_url,
@@ -20,6 +19,7 @@ from lakehouse.sql import (
     session_conf,
     split_statements,
 )
+from lakehouse.runtime.spark import secret
 
 
 def test_a_script_splits_at_semicolons_outside_quotes_and_comments() -> None:

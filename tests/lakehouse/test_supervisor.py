@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 import time
 
-from lakehouse.errors import LakehouseError, Unavailable, transient
-from lakehouse.settings import SupervisionSettings
-from lakehouse.supervisor import Budget, Part, supervise
+from lakehouse.core.errors import LakehouseError, Unavailable, transient
+from lakehouse.core.settings import SupervisionSettings
+from lakehouse.runtime.supervise import Budget, Part, supervise
 
 POLICY = SupervisionSettings(
     restarts=3, window_seconds=60, backoff_seconds=0.01, max_backoff_seconds=0.02
@@ -33,7 +33,7 @@ def test_transient_failures_are_services_that_did_not_answer_not_the_projects_re
         "org.apache.spark.sql.streaming.StreamingQueryException: [KAFKA_DATA_LOSS.X] lost\n"
         "Caused by: java.net.ConnectException: Connection refused"
     )
-    in_a_batch = "lakehouse.errors.Unavailable: object storage did not answer"
+    in_a_batch = "lakehouse.core.errors.Unavailable: object storage did not answer"
     expectation = "lakehouse.quality.gates.ExpectationFailed: at_most_ten (fail) failed"
 
     s3_down = 'botocore.exceptions.EndpointConnectionError: Could not connect to "http://s3"'

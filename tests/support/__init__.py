@@ -17,7 +17,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
-from lakehouse.settings import Settings, load_settings
+from lakehouse.core.settings import Settings, load_settings
 
 S3_KEYS = ("lakehouse", "s3-lake-secret")
 """Access and secret key of the tests' S3 servers."""

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from bronze import sensor_records
-from lakehouse import delta
-from lakehouse.producer import TrafficSpec, generate_traffic
+from lakehouse.ops.producer import TrafficSpec, generate_traffic
+from lakehouse.storage import delta
 
 
 def kafka_records(spec: TrafficSpec) -> list[tuple[str, int, int, bytes | None, bytes]]:

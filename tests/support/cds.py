@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lakehouse.producer import TrafficSpec, produce
+from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.services.metastore import EmbeddedMetastore
 from tests.support import CDS_ARCHIVE, METASTORE_ENV, command_lines, overrides, run_lakehouse

@@ -18,10 +18,10 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from lakehouse.lease import TableLease
 from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.storage import bucket_and_prefix
+from lakehouse.storage.buckets import bucket_and_prefix
+from lakehouse.storage.lease import TableLease
 
 _REQUEST_LINE = re.compile(rb"^([A-Z]+ \S+) HTTP/1\.1\r?$", re.MULTILINE)
 

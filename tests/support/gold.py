@@ -14,9 +14,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from bronze import sensor_records
 from gold import sensor_daily, sensor_hourly, session_summary
-from lakehouse import delta
-from lakehouse.producer import TrafficSpec, generate_traffic
-from lakehouse.settings import Settings
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec, generate_traffic
+from lakehouse.storage import delta
 from silver import row_changes, sessions, violations
 
 METRICS = ("temperature", "humidity", "pressure")

@@ -9,8 +9,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import Row, SparkSession
 
 from bronze import sensor_records
+from lakehouse.core.settings import StorageSettings
 from lakehouse.quality import store
-from lakehouse.settings import StorageSettings
 
 FAULTS = {
     "gap": 2,

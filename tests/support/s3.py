@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.producer import TrafficSpec
+from lakehouse.ops.producer import TrafficSpec
 from lakehouse.services.s3 import EmbeddedS3
 from tests.support import S3_KEYS, overrides
 

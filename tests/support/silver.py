@@ -7,8 +7,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lakehouse.producer import TrafficSpec
-from lakehouse.settings import Settings
+from lakehouse.core.settings import Settings
+from lakehouse.ops.producer import TrafficSpec
 from tests.support import reference
 
 

@@ -1,0 +1,305 @@
+"""The pipeline in one place: its graph of nodes (streams, models, checks), every table,
+who reads what incrementally, and what running a node means.
+
+This is the one module that imports the layers. `run`, `check`, `build` and `ls` walk
+the graph it declares, compaction checks VACUUM against the readers it lists, the
+manifest and the report describe the tables it lists, and a test loads it, so that a
+layer that no longer fits breaks there first. A new gold model needs no entry here:
+models are found by scanning `gold/`; a new suite in `expectations/` is a new check.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+import gold
+from bronze import kafka_changes, sensor_records
+from lakehouse.core.console import echo
+from lakehouse.core.settings import Settings
+from lakehouse.core.tables import TableSpec, columns_of
+from lakehouse.graph.execute import Done, Status
+from lakehouse.graph.models import Model, ModelRun, declared_models, dependency_order
+from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
+from lakehouse.observe import progress
+from lakehouse.ops import compaction
+from lakehouse.ops.positions import Reader
+from lakehouse.ops.status import ChangeLog
+from lakehouse.quality import store
+from lakehouse.quality.suites import Suite, load_suites
+from lakehouse.runtime.streams import RunStats, Stream
+from lakehouse.storage import lease
+from lakehouse.storage.model_runs import RUNS
+from silver import reconstruct, row_changes, violations
+
+STREAMS: dict[str, Stream] = {s.layer: s for s in (sensor_records.STREAM, reconstruct.STREAM)}
+"""Every stream, by layer, as each layer's module declares it."""
+
+STREAM_TABLES = frozenset(t for s in STREAMS.values() for t in s.writes)
+"""Every table a stream writes: while it runs, it holds their leases on S3 and compacts them."""
+
+KAFKA_RECORDS = sensor_records.NAME
+"""The table of every Kafka record with its timestamp."""
+LINEAGE_TABLES = (row_changes.NAME, violations.NAME)
+"""Silver tables whose rows name the Kafka record they come from, by every batch."""
+
+CHANGE_LOG: ChangeLog = kafka_changes
+"""The changes in Kafka an operator accepted: `lakehouse status` and `bronze changes` read it."""
+
+accept_kafka_change = sensor_records.accept_kafka_change
+"""`lakehouse bronze accept-*`: accept a change in Kafka and commit the batch that skips it."""
+
+live_sessions = reconstruct.live_state
+"""`lakehouse inspect`: one row per session held in the silver stream's state."""
+
+MODELS: tuple[Model, ...] = tuple(dependency_order(declared_models(gold)))
+"""Every gold model, each after the models it reads."""
+
+
+READERS: tuple[Reader, ...] = (
+    *(
+        Reader(f"the {s.layer} stream", s.reads, checkpoint=s.checkpoint)
+        for s in STREAMS.values()
+        if s.reads != "kafka"
+    ),
+    *(Reader(m.name, table, model=m.name) for m in MODELS for table in m.reads),
+)
+
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in (
+        sensor_records.TABLE,
+        kafka_changes.TABLE,
+        *reconstruct.TABLES,
+        *(m.table for m in MODELS),
+        RUNS,
+        *(store.quarantine_table(layer) for layer in ("bronze", "silver", "gold")),
+        *(store.results_table(writer) for writer in store.WRITERS),
+        *(progress.progress_table(writer) for writer in progress.WRITERS),
+    )
+}
+"""Every table of the lake, by name."""
+
+GOLD_WRITES = (
+    RUNS.name,
+    store.results_table("gold").name,
+    store.quarantine_table("gold").name,
+)
+"""What every gold model's run also writes: the run log, its results and quarantine."""
+
+
+def graph(settings: Settings) -> Graph:
+    """The pipeline's graph: the streams, each gold model, and a check per suite."""
+    streams = [
+        Node(
+            layer,
+            "stream",
+            layer,
+            (stream.reads,),
+            stream.writes,
+            f"the {layer} stream ({'Kafka' if stream.reads == 'kafka' else stream.reads} -> "
+            f"{', '.join(stream.writes[:1])} ...)",
+        )
+        for layer, stream in STREAMS.items()
+    ]
+    models = [
+        Node(m.name, "model", m.table.layer, m.reads, (m.name,), m.table.grain) for m in MODELS
+    ]
+    checks = [
+        Node(
+            check_name(suite.table),
+            "check",
+            suite.layer,
+            (suite.table, *suite.inputs),
+            (store.results_table("check").name,),
+            f"the suite {suite.path.name} over the whole of {suite.table}",
+        )
+        for suite in load_suites(settings.quality.suites_dir)
+    ]
+    return graph_of([*streams, *models, *checks])
+
+
+def manifest(settings: Settings, pipeline: Graph) -> dict[str, Any]:
+    """`manifest.json`: every node with what it depends on, reads and writes; every
+    table with its grain, columns (documented) and suite."""
+    suites = {s.table: s for s in load_suites(settings.quality.suites_dir)}
+    return {
+        "nodes": {
+            n.name: {
+                "kind": n.kind,
+                "layer": n.layer,
+                "description": n.description,
+                "depends_on": sorted(pipeline.parents[n.name]),
+                "reads": list(n.reads),
+                "writes": list(n.writes),
+            }
+            for n in pipeline.nodes
+        },
+        "tables": {
+            name: {
+                "grain": spec.grain,
+                "writer": spec.writer,
+                "location": settings.storage.table_uri(name),
+                "columns": [
+                    {"name": c.name, "type": c.type, "description": c.description}
+                    for c in columns_of(spec.columns)
+                ],
+                "suite": _suite_entry(suites.get(name)),
+            }
+            for name, spec in sorted(TABLES.items())
+        },
+    }
+
+
+def _suite_entry(suite: Suite | None) -> dict[str, Any] | None:
+    if suite is None:
+        return None
+    return {
+        "path": str(suite.path),
+        "inputs": list(suite.inputs),
+        "expectations": [
+            {"name": c.name, "severity": c.severity, "type": c.type, "in_stream": c.in_stream}
+            for c in suite.checks
+        ],
+    }
+
+
+def run_stream(
+    spark: SparkSession,
+    settings: Settings,
+    stream: Stream,
+    continuous: bool = False,
+    trace: frozenset[str] | None = None,
+    full_refresh: bool = False,
+    stop: threading.Event | None = None,
+) -> RunStats:
+    """Run `stream` as the pipeline runs it: compacting the tables it writes between its
+    batches, as far as their readers (`READERS`) allow."""
+    return stream.run(
+        spark,
+        settings,
+        continuous=continuous,
+        after_batch=compaction.between_batches(spark, settings, stream.writes, READERS),
+        full_refresh=full_refresh,
+        stop=stop,
+        **({"trace": trace} if stream.traced else {}),
+    )
+
+
+@dataclass
+class NodeRunner:
+    """Runs one node of the graph in this Spark application: a stream to its end of input
+    (or on, with `continuous`), a model incrementally, a check over its whole table."""
+
+    spark: SparkSession
+    settings: Settings
+    continuous: bool = False
+    trace: frozenset[str] | None = None
+    full_refresh: bool = False
+    """Models: rebuild from their inputs instead of incrementally."""
+    rebuild_streams: bool = False
+    """Streams: start a new checkpoint whose first batch replaces their tables."""
+    since: str | None = None
+    stop: threading.Event | None = None
+    """Streams: set, they stop after their running batch (default: on SIGINT, SIGTERM)."""
+    model_runs: list[ModelRun] = field(default_factory=list)
+    """What each model node did, in the order they ran."""
+    _held: ExitStack = field(default_factory=ExitStack)
+
+    def __call__(self, node: Node) -> Done:
+        if node.kind == "stream":
+            return self._stream(node)
+        if node.kind == "model":
+            return self._model(node)
+        return self._check(node)
+
+    def _stream(self, node: Node) -> Done:
+        stream = STREAMS[node.name]
+        stats = run_stream(
+            self.spark,
+            self.settings,
+            stream,
+            continuous=self.continuous,
+            trace=self.trace,
+            full_refresh=self.rebuild_streams,
+            stop=self.stop,
+        )
+        lines = stream.summary(self.spark, self.settings, stats)
+        for line in lines:
+            echo(line)
+        return Done(rows_read=stats.input_rows, message=lines[0])
+
+    def _model(self, node: Node) -> Done:
+        from lakehouse.graph.models import run_models
+
+        model = next(m for m in MODELS if m.name == node.name)
+        with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
+            (run,) = run_models(
+                self.spark,
+                self.settings.storage,
+                [model],
+                self.full_refresh,
+                int(self.settings.gold.full_refresh_below_mb * 2**20),
+                gate=self._gold_gate,
+            )
+        self.model_runs.append(run)
+        reason = f" ({run.reason})" if run.reason else ""
+        quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
+        status: Status = "warn" if run.quarantined else "success"
+        return Done(
+            status,
+            rows_written=run.rows_written,
+            quarantined=run.quarantined,
+            message=f"{run.mode}{reason}{quarantined}",
+        )
+
+    @cached_property
+    def _gold_gate(self) -> Any:
+        from lakehouse.quality.gates import write_gate
+
+        return write_gate(self.spark, self.settings.quality, self.settings.storage, "gold")
+
+    def _check(self, node: Node) -> Done:
+        table = node.reads[0]
+        checked = self._checker.check(table, self.since)
+        if checked is None:
+            return Done("skipped", message=f"{table} is not built yet")
+        failed = checked.failed
+        names = ", ".join(o.describe() for o in failed)
+        verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
+        return Done(verdict, rows_read=checked.rows, failures=len(failed), message=names)
+
+    @cached_property
+    def _checker(self) -> Any:
+        from lakehouse.quality.checks import Checker
+
+        # One lease on the check results for the whole walk: taking one per table costs
+        # each check a round of S3 calls.
+        results = store.results_table("check").name
+        self._held.enter_context(lease.holding(self.settings, [results], "lakehouse check"))
+        return Checker(self.spark, self.settings, load_suites(self.settings.quality.suites_dir))
+
+    def __enter__(self) -> NodeRunner:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Release what the walk held (the check results' lease)."""
+        self._held.close()
+
+
+def plan(pipeline: Graph, nodes: Sequence[Node]) -> list[str]:
+    """What a walk over `nodes` would run, one line per node, with what it waits for."""
+    chosen = {n.name for n in nodes}
+    lines = []
+    for n in nodes:
+        after = sorted(pipeline.parents[n.name] & chosen)
+        waits = f" after {', '.join(after)}" if after else ""
+        lines.append(f"{n.kind:<6} {n.name:<32}{waits}".rstrip())
+    return lines

@@ -1,0 +1,3 @@
+"""Observe: what the pipeline did (progress tables), and the same as Prometheus metrics."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Runtime: the Spark session, streams as jobs, supervised parts of one application."""
+
+from __future__ import annotations

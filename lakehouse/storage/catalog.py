@@ -1,0 +1,160 @@
+"""Tables by name: every Delta table under the storage root, registered in the catalog.
+
+A table's data and log live at `<root>/<layer>/<table>`; the catalog only maps the name
+`<layer>.<table>` to that location (an external table), so dropping a name never drops
+data. The settings decide where a table is: when the catalog names another location (the
+root moved), the name is pointed at the settings' one.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from functools import reduce
+from typing import Any
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.core.console import echo
+
+LAYERS = ("bronze", "silver", "gold", "quality", "ops")
+"""The databases: one per layer, plus the quality results and the pipeline's progress."""
+
+
+def register(
+    spark: SparkSession, name: str, location: str, echo: Callable[[str], None] = echo
+) -> None:
+    """Make `name` (`<layer>.<table>`) name the Delta table at `location`."""
+    layer = name.split(".", 1)[0]
+    with _DDL:
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
+        registered = location_of(spark, name)
+        if registered is not None and same_place(registered, location):
+            return
+        if registered is not None:
+            # An external table: dropping the name leaves the data where it is. Dropped in
+            # the metastore itself: Spark's DROP TABLE would open the old table, whose
+            # storage may be gone (a lake moved off a server that is down) and retried for
+            # minutes.
+            echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
+            _metastore(spark).dropTable(layer, name.split(".", 1)[1], True, False)
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
+
+
+_DDL = threading.RLock()
+"""The parts of `run all` name their tables from threads of one process: the metastore's
+`IF NOT EXISTS` and `OR REPLACE` check, then create, so two at once may both create."""
+
+
+def register_lake(spark: SparkSession, root: str) -> list[str]:
+    """Register every Delta table of the lake; their names, sorted."""
+    tables = lake_tables(spark, root)
+    for name, location in tables.items():
+        register(spark, name, location)
+    return sorted(tables)
+
+
+def lake_tables(spark: SparkSession, root: str) -> dict[str, str]:
+    """Every Delta table at `<root>/<layer>/<table>`: name -> location."""
+    return {
+        f"{layer}.{table}": f"{root}/{layer}/{table}"
+        for layer in LAYERS
+        for table in _folders(spark, f"{root}/{layer}")
+        if is_delta(spark, f"{root}/{layer}/{table}")
+    }
+
+
+def location_of(spark: SparkSession, name: str) -> str | None:
+    """Where the catalog says `name` is, or None when it names nothing; read from the
+    metastore alone, without opening the table at that location."""
+    database, table = name.split(".", 1)
+    metastore = _metastore(spark)
+    # Under the lock: another part's `register` drops a name and makes it again, and a
+    # look between the two found it gone (that stopped `run all` on a new lake). Another
+    # application may still re-point it between our two reads: then it names nothing.
+    with _DDL:
+        if not metastore.tableExists(database, table):
+            return None
+        try:
+            location = metastore.getTable(database, table).location()
+        except AnalysisException as error:
+            if error.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+                return None
+            raise
+    return None if location is None else str(location.toString())
+
+
+def _metastore(spark: SparkSession) -> Any:
+    """Spark's own client of the catalog's metastore (Hive's, or in memory)."""
+    return spark._jsparkSession.sessionState().catalog().externalCatalog()
+
+
+def is_delta(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def hadoop_fs(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """Hadoop's FileSystem for `uri` and the path in it: storage of any scheme (file, s3a)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _folders(spark: SparkSession, uri: str) -> Iterable[str]:
+    fs, path = hadoop_fs(spark, uri)
+    if not fs.exists(path):
+        return []
+    return sorted(
+        s.getPath().getName()
+        for s in fs.listStatus(path)
+        if s.isDirectory() and not s.getPath().getName().startswith(("_", "."))
+    )
+
+
+def names(spark: SparkSession, name: str, location: str) -> bool:
+    """Whether the catalog's `name` is the table at `location` (and not another lake's)."""
+    registered = location_of(spark, name)
+    return registered is not None and same_place(registered, location)
+
+
+def same_place(a: str, b: str) -> bool:
+    """Whether two URIs name one place: the catalog writes `file:/x` for `file:///x`."""
+
+    def norm(uri: str) -> str:
+        return re.sub(r"^file:/+", "file:///", uri).rstrip("/")
+
+    return norm(a) == norm(b)
+
+
+def read_united(spark: SparkSession, locations: Iterable[str]) -> DataFrame | None:
+    """The Delta tables at `locations` (those that exist) as one frame, by column name:
+    the tables of one kind that each writer keeps apart. None if none exists yet."""
+    found = [spark.read.format("delta").load(uri) for uri in locations if is_delta(spark, uri)]
+    return reduce(DataFrame.unionByName, found) if found else None
+
+
+def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
+    """(Re)make `view` over the tables (name -> location) the catalog names at their
+    location: this lake's only, never another lake's of the same name, on storage now gone."""
+    for attempt in range(_VIEW_ATTEMPTS):
+        with _DDL:  # no part of this application re-points a name while the view is made
+            named = [name for name, location in tables.items() if names(spark, name, location)]
+            union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
+            try:
+                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {union}")
+                return
+            except AnalysisException as error:
+                # Another application made the view between Spark's look for it and its
+                # create (bronze and silver start side by side), or re-pointed one of its
+                # tables between our look and the create: look again and make it again.
+                if error.getCondition() not in _RACES or attempt == _VIEW_ATTEMPTS - 1:
+                    raise
+
+
+_VIEW_ATTEMPTS = 3
+_RACES = ("TABLE_OR_VIEW_ALREADY_EXISTS", "TABLE_OR_VIEW_NOT_FOUND")

@@ -1,0 +1,297 @@
+"""Every Delta write: table creation from a spec, idempotent appends, MERGE, conflict retries.
+
+Streams write through `foreachBatch`, which alone is at-least-once: a batch that wrote but
+did not commit its offsets runs again after a crash. Writing under the batch's `Txn`
+makes Delta skip the replay, which is what makes the sinks exactly-once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from functools import partial, reduce
+from typing import Any, TypeVar
+
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.core.console import echo
+from lakehouse.core.errors import first_line
+from lakehouse.core.tables import TableSpec
+from lakehouse.storage import catalog
+
+T = TypeVar("T")
+
+CONFLICTS = (
+    DeltaConcurrentModificationException,
+    ConcurrentWriteException,
+    MetadataChangedException,
+    ProtocolChangedException,
+    ConcurrentAppendException,
+    ConcurrentDeleteReadException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentTransactionException,
+)
+"""Delta refused a commit because another one changed what it had read; it wrote nothing."""
+
+
+@dataclass(frozen=True)
+class Txn:
+    """Delta's idempotent-write key for one micro-batch: (query id, batch id).
+
+    The query id is stable for a checkpoint and new for a new one, so a fresh checkpoint
+    never collides with old writes.
+    """
+
+    app_id: str
+    version: int
+
+
+def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
+    """Create the table of `spec` at `location` unless it exists, and name it in the catalog.
+
+    Properties are also set on a table that exists without them, so that a property
+    added to a spec (the change data feed) reaches tables made before it.
+    """
+    properties = spec.table_properties
+    if not catalog.is_delta(spark, location):
+        # SQL rather than DeltaTable.createIfNotExists: the builder compares `file:///x`
+        # with its own `file:/x` and refuses a path table on local disk as ambiguous.
+        clauses = f" CLUSTER BY ({', '.join(spec.cluster_by)})" if spec.cluster_by else ""
+        if properties:
+            clauses += f" TBLPROPERTIES ({_pairs(properties)})"
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({spec.columns}) USING delta{clauses}"
+        )
+    else:
+        held = _properties(spark, location)
+        if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
+            spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
+    catalog.register(spark, spec.name, location)
+
+
+def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:
+    """`create` each table (location -> spec), side by side: a new lake's tables each wait
+    on their first commit and the catalog, not on each other."""
+    side_by_side([partial(create, spark, spec, uri) for uri, spec in tables.items()], 4)
+
+
+def side_by_side(calls: Sequence[Callable[[], T]], at_most: int | None = None) -> list[T]:
+    """Run `calls` on threads of their own (`at_most` at once) and give their results in
+    order; once all have ended, the error of the first (in order) that failed is raised.
+    For work on independent tables, mostly waiting on storage and the driver: planning,
+    commits, the catalog."""
+    if not calls:
+        return []
+    with ThreadPoolExecutor(max_workers=at_most or len(calls)) as pool:
+        running = [pool.submit(call) for call in calls]
+    return [done.result() for done in running]
+
+
+def _pairs(properties: dict[str, str]) -> str:
+    return ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+
+
+def append(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
+    """Append to a Delta table; under `txn`, unless that micro-batch is already there."""
+    writer = frame.write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    writer.save(location)
+
+
+def replace(frame: DataFrame, location: str, txn: Txn | None = None) -> None:
+    """Replace every row of a Delta table with `frame` (in the table's columns) in one
+    commit; under `txn`, unless that micro-batch is already there."""
+    columns = DeltaTable.forPath(frame.sparkSession, location).toDF().columns
+    writer = frame.select(*columns).write.format("delta").mode("overwrite")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    writer.save(location)
+
+
+def forget_cached_tables(spark: SparkSession) -> None:
+    """Drop the JVM's cached snapshots of Delta tables: one deleted and made again at the
+    same place must be read from its new log."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def table_id(spark: SparkSession, location: str) -> str:
+    """The id Delta gave the table when it was made: a table made again has a new one."""
+    return str(_metadata(spark, location).id())
+
+
+def _properties(spark: SparkSession, location: str) -> dict[str, str]:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    scala_map = _metadata(spark, location).configuration()
+    return dict(jvm.scala.jdk.javaapi.CollectionConverters.asJava(scala_map))
+
+
+@dataclass(frozen=True)
+class Latest:
+    """A table's latest commit as its log gives it."""
+
+    version: int
+    table_id: str
+    size_bytes: int
+    files: int
+
+
+def latest(spark: SparkSession, location: str) -> Latest:
+    """The table's latest version, id, size and files, without a Spark job: size and
+    files come from the checksum file Delta writes with each commit (computed only for a
+    commit without one), where DESCRIBE DETAIL counts the table's files in a job (about a
+    second a table in a new application)."""
+    snapshot = _snapshot(spark, location)
+    size, files = snapshot.sizeInBytesIfKnown(), snapshot.numOfFilesIfKnown()
+    return Latest(
+        int(snapshot.version()),
+        str(snapshot.metadata().id()),
+        int(size.get() if size.isDefined() else snapshot.sizeInBytes()),
+        int(files.get() if files.isDefined() else snapshot.numOfFiles()),
+    )
+
+
+def _metadata(spark: SparkSession, location: str) -> Any:
+    """The Delta table's metadata action (id, properties) as of its latest commit, read
+    from its log (not DESCRIBE DETAIL's job, above)."""
+    return _snapshot(spark, location).metadata()
+
+
+def _snapshot(spark: SparkSession, location: str) -> Any:
+    """Delta's snapshot of the table's latest commit: its log read, its state not computed."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    none = jvm.scala.Option.empty()
+    return log.update(False, none, none)
+
+
+def holds(spark: SparkSession, location: str, txn: Txn) -> bool:
+    """Whether the Delta table at `location` holds the write of micro-batch `txn` (or of
+    a later batch of the same query)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    if not catalog.is_delta(spark, location):
+        return False
+    forget_cached_tables(spark)  # the latest snapshot, not one cached before the write
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    written = log.unsafeVolatileSnapshot().transactions().get(txn.app_id)
+    return bool(written.isDefined()) and int(written.get()) >= txn.version
+
+
+def replaced_after(spark: SparkSession, location: str, version: int) -> bool:
+    """Whether a commit after `version` replaced the whole table (a layer's rebuild): an
+    incremental reader of it must start again from scratch."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{location}`").where(F.col("version") > version)
+    return bool(history.where(F.col("operationParameters")["mode"] == "Overwrite").take(1))
+
+
+def merge(
+    rows: DataFrame,
+    location: str,
+    key: Sequence[str],
+    txn: Txn | None = None,
+    delete_when: str | None = None,
+    key_ranges: dict[str, tuple[str, str]] | None = None,
+) -> None:
+    """Upsert `rows` into the table at `location` by `key`, setting every column of the
+    table from the row's column of the same name.
+
+    `delete_when`, a condition on the row (`s.op = 'delete'`), deletes the matching row
+    instead, and such a row is never inserted. `key_ranges` (column -> its lowest and
+    highest value among `rows`, as Spark casts them to text) bound the target by literals,
+    so that Delta skips the files of a clustered table that cannot match, which a join
+    condition alone does not.
+    """
+    spark = rows.sparkSession  # foreachBatch hands over a frame of its own session
+    target = DeltaTable.forPath(spark, location)
+    schema = target.toDF().schema
+    values: dict[str, str | Column] = {c: f"s.`{c}`" for c in schema.names}
+    on = reduce(
+        Column.__and__,
+        [F.col(f"t.`{k}`") == F.col(f"s.`{k}`") for k in key]
+        + [
+            # Text both ways, in the session's time zone: no Python datetime in between.
+            F.col(f"t.`{c}`").between(
+                F.lit(low).cast(schema[c].dataType), F.lit(high).cast(schema[c].dataType)
+            )
+            for c, (low, high) in (key_ranges or {}).items()
+        ],
+    )
+    builder = target.alias("t").merge(rows.alias("s"), on)
+    if delete_when:
+        builder = builder.whenMatchedDelete(delete_when).whenMatchedUpdate(set=values)
+        builder = builder.whenNotMatchedInsert(f"NOT ({delete_when})", values)
+    else:
+        builder = builder.whenMatchedUpdate(set=values).whenNotMatchedInsert(values=values)
+    with _merge_txn(spark, txn) if txn else nullcontext():
+        retry_on_conflict(builder.execute, location)
+
+
+@contextmanager
+def _merge_txn(spark: SparkSession, txn: Txn) -> Iterator[None]:
+    """MERGE has no writer options; Delta reads the transaction from session settings.
+
+    A batch may run its MERGEs side by side, under its one transaction: the settings are
+    removed when the last of them ends, not when the first does."""
+    key = (id(spark), txn)
+    with _TXN_LOCK:
+        if _txn_users[key] == 0:
+            spark.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+            spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+        _txn_users[key] += 1
+    try:
+        yield
+    finally:
+        with _TXN_LOCK:
+            _txn_users[key] -= 1
+            if _txn_users[key] == 0:
+                del _txn_users[key]
+                spark.conf.unset("spark.databricks.delta.write.txnAppId")
+                spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+_TXN_LOCK = threading.Lock()
+_txn_users: Counter[tuple[int, Txn]] = Counter()
+"""MERGEs in flight per session and transaction."""
+
+
+def retry_on_conflict(write: Callable[[], T], what: str, attempts: int = 5) -> T:
+    """Run a Delta write again when a concurrent commit made it conflict.
+
+    Compaction rewrites files that a MERGE may have read in the meantime; Delta then
+    refuses the MERGE's commit, having written nothing, so running it again on the new
+    snapshot is safe (and under the batch's transaction, still exactly once).
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except CONFLICTS as error:
+            if attempt == attempts:
+                raise
+            echo(
+                f"{what}: a concurrent commit conflicted ({first_line(error)[:120]}); "
+                f"retrying ({attempt}/{attempts - 1})"
+            )
+            time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable")

@@ -1,0 +1,290 @@
+"""One writer per table on object storage: a lease a second writer cannot take.
+
+Delta's default S3 log store is safe only while one application writes a table at a time:
+two drivers committing the same version can both succeed, and one commit is lost. So on
+S3 every writing application holds the lease of each table it writes.
+
+A table's lease is a sequence of small objects, `<root>/_leases/<table>/<generation>`, each
+created only if absent (`If-None-Match: *`, an atomic create on S3). Of two applications
+racing for generation n+1, exactly one creates it. The newest generation says who holds
+the lease and until when; the holder renews by creating the next generation before that
+time. A holder that crashed stops renewing, and once its lease has expired, the next
+writer takes the next generation. A holder that finds its next generation taken has lost
+the lease and must stop writing.
+
+Expiry compares wall clocks of different hosts: the time to live must exceed their skew.
+A lease names its process, so a part of `run all` restarted after an outage takes back the
+lease it could not release, where any other writer waits for it to expire.
+
+On a local root several writers are safe (Delta's local log store is atomic): each holds a
+shared lock of its tables' lock files (`<root>/_leases/<table>.lock`), which the kernel
+frees when the process ends however it ends. A command that rewrites a stream's checkpoint
+holds them alone (`exclusive`): refused while any writer runs, and refusing writers while
+it runs, as a lease does on S3.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
+
+from lakehouse.core.errors import LakehouseError, Unavailable, explain, transient
+from lakehouse.core.settings import Settings
+
+
+class LeaseRefused(LakehouseError):
+    """Another writer holds the lease of `table`; the message names it."""
+
+    def __init__(self, message: str, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One generation of a table's lease."""
+
+    table: str
+    generation: int
+    holder: str
+    expires: float
+    """Seconds since the epoch; the lease is free after it."""
+
+    def describe(self) -> str:
+        until = datetime.fromtimestamp(self.expires, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"{self.holder} (generation {self.generation}, until {until})"
+
+
+def writer_name(application: str) -> str:
+    """Who a lease names: the application, host and process, and a token of the process
+    (a pid is used again by a later process)."""
+    return f"{application}@{socket.gethostname()}:{os.getpid()}/{_PROCESS_TOKEN}"
+
+
+_PROCESS_TOKEN = uuid.uuid4().hex[:6]
+
+_HERE = threading.Lock()
+_HELD_HERE: set[str] = set()
+"""Tables this process holds in a `holding` block now: a second block in it is refused, as
+another writer's would be, though the lease names the same process."""
+
+
+class TableLease:
+    """The lease of one table, held by `holder`, in `bucket` under `prefix`."""
+
+    def __init__(
+        self, client: Any, bucket: str, prefix: str, table: str, holder: str, ttl_s: float
+    ) -> None:
+        self.client, self.bucket, self.table = client, bucket, table
+        self.folder = f"{prefix}/_leases/{table}/".lstrip("/")
+        self.holder, self.ttl_s = holder, ttl_s
+        self.held: Grant | None = None
+
+    def current(self) -> Grant | None:
+        """The newest generation, or None if no writer ever took the lease."""
+        keys = [
+            item["Key"]
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.folder
+            )
+            for item in page.get("Contents", [])
+        ]
+        if not keys:
+            return None
+        body = self.client.get_object(Bucket=self.bucket, Key=max(keys))["Body"].read()
+        return Grant(self.table, **json.loads(body))
+
+    def acquire(self) -> Grant:
+        """Take the lease, or raise LeaseRefused naming the writer that holds it."""
+        current = self.current()
+        if current and current.holder != self.holder and current.expires > time.time():
+            raise LeaseRefused(
+                f"{self.table} is leased to {current.describe()}: one writer per table on "
+                "object storage; stop that writer or wait for its lease to expire",
+                self.table,
+            )
+        return self._take(current.generation + 1 if current else 1)
+
+    def renew(self) -> Grant:
+        """Extend the lease; LeaseRefused if another writer took it in the meantime."""
+        assert self.held is not None, "renew() before acquire()"
+        return self._take(self.held.generation + 1)
+
+    def release(self) -> None:
+        """Give the lease up at once: a generation that has already expired."""
+        if self.held is not None:
+            self._create(Grant(self.table, self.held.generation + 1, self.holder, 0.0))
+            self.held = None
+
+    def _take(self, generation: int) -> Grant:
+        grant = Grant(self.table, generation, self.holder, time.time() + self.ttl_s)
+        if not self._create(grant):
+            winner = self.current()
+            self.held = None
+            raise LeaseRefused(
+                f"{self.table} is leased to {winner.describe() if winner else 'another writer'}"
+                ": it took the lease first; one writer per table on object storage",
+                self.table,
+            )
+        self.held = grant
+        self._forget_before(generation - 1)
+        return grant
+
+    def _create(self, grant: Grant) -> bool:
+        """Create the generation's object unless it exists; whether this call created it."""
+        from botocore.exceptions import ClientError
+
+        body = json.dumps(
+            {"generation": grant.generation, "holder": grant.holder, "expires": grant.expires}
+        )
+        try:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=f"{self.folder}{grant.generation:020d}",
+                Body=body.encode(),
+                IfNoneMatch="*",
+            )
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                return False
+            raise
+        return True
+
+    def _forget_before(self, generation: int) -> None:
+        """Old generations say nothing the newest does not: delete them."""
+        for old in range(max(1, generation - 3), generation):
+            self.client.delete_object(Bucket=self.bucket, Key=f"{self.folder}{old:020d}")
+
+
+class Held:
+    """The leases a writer holds while it writes; `check()` raises once one is lost."""
+
+    def __init__(self, leases: Sequence[TableLease] = ()) -> None:
+        self.leases = list(leases)
+        self.lost: LakehouseError | None = None
+
+    def check(self) -> None:
+        """Call before each write: a writer that lost a lease must not write again."""
+        if self.lost is not None:
+            raise self.lost
+
+
+@contextmanager
+def holding(
+    settings: Settings, tables: Sequence[str], application: str, exclusive: bool = False
+) -> Iterator[Held]:
+    """Hold the leases of `tables` while the block runs, renewed in the background, and
+    release them after it. On a local root, their lock files: shared with other writers,
+    or `exclusive` of every one (a command that rewrites a stream's checkpoint)."""
+    if not settings.storage.root.startswith("s3a://"):
+        with _locked(settings.storage.root, tables, application, exclusive):
+            yield Held()
+        return
+    with _HERE:  # the parts of `run all` take their leases from threads side by side
+        if taken := [t for t in tables if t in _HELD_HERE]:
+            raise LeaseRefused(
+                f"{taken[0]} is leased to a writer in this process: one writer per table "
+                "on object storage",
+                taken[0],
+            )
+        _HELD_HERE.update(tables)
+    try:
+        with _leased(settings, tables, application) as held:
+            yield held
+    finally:
+        with _HERE:
+            _HELD_HERE.difference_update(tables)
+
+
+@contextmanager
+def _leased(settings: Settings, tables: Sequence[str], application: str) -> Iterator[Held]:
+    """The leases of `tables` on S3, renewed in the background, released after."""
+    from lakehouse.services import s3
+    from lakehouse.storage.buckets import bucket_and_prefix
+
+    bucket, prefix = bucket_and_prefix(settings.storage.root)
+    client = s3.client(settings)
+    ttl = settings.storage.lease_seconds
+    holder = writer_name(application)
+    held = Held()
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        for table in tables:
+            lease = TableLease(client, bucket, prefix, table, holder, ttl)
+            try:
+                lease.acquire()
+            except (BotoCoreError, ClientError) as error:  # S3 down, or refusing the keys
+                kind = Unavailable if transient(error) else LakehouseError  # down: retry
+                raise kind(f"cannot take the lease of {table}: {explain(error)}") from None
+            held.leases.append(lease)
+        stop = threading.Event()
+        renewer = threading.Thread(
+            target=_renew, args=(held, ttl / 3, stop), daemon=True, name="lease-renewer"
+        )
+        renewer.start()
+        try:
+            yield held
+        finally:
+            stop.set()
+            renewer.join()
+    finally:
+        for lease in held.leases:
+            # One that cannot be released now (S3 gone) frees when it expires, or when
+            # this process takes it again (the same writer restarted).
+            with suppress(Exception):
+                lease.release()
+
+
+@contextmanager
+def _locked(root: str, tables: Sequence[str], application: str, exclusive: bool) -> Iterator[None]:
+    """Hold the lock files of `tables` under a local `root`, shared or exclusive."""
+    folder = Path(url2pathname(urlparse(root).path)) / "_leases"  # root: a file: URI
+    folder.mkdir(parents=True, exist_ok=True)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    files: list[int] = []
+    try:
+        for table in tables:
+            files.append(os.open(folder / f"{table}.lock", os.O_RDWR | os.O_CREAT, 0o644))
+            try:
+                fcntl.flock(files[-1], mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LeaseRefused(
+                    f"{table} is in use: {application} needs it alone, and a writer of it "
+                    "runs (the bronze or silver stream, `run all`, compaction); stop it first"
+                    if exclusive
+                    else f"{table} is held by a command that needs it alone (accepting a "
+                    "Kafka change); run again once it has finished",
+                    table,
+                ) from None
+        yield
+    finally:
+        for file in files:
+            os.close(file)  # frees its lock
+
+
+def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
+    while not stop.wait(every_s):
+        for lease in held.leases:
+            try:
+                lease.renew()
+            except Exception as error:  # taken over, or S3 gone: the writer must stop
+                why = str(error) if isinstance(error, LakehouseError) else explain(error)
+                line = f"lost the lease of {lease.table}: {why}"
+                # S3 that did not answer: the writer stops, and once restarted takes its
+                # lease back unless another writer took it after it expired.
+                held.lost = Unavailable(line) if transient(error) else LeaseRefused(line)
+                return
