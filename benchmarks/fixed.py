@@ -44,7 +44,6 @@ from lakehouse.runtime.spark import build_spark
 
 BRONZE, SILVER = "bronze.sensor_records", "silver.sessions_stream"
 """The streams' query names, as their progress events name them."""
-LAYERS = {BRONZE: "bronze", SILVER: "silver"}
 SIZES = (0, 1, 100, 10_000)
 WAIT_S = 300.0
 
@@ -95,7 +94,7 @@ class Batches(StreamingQueryListener):
             return sum(rows for rows, _ in self.seen.get(name, []))
 
     def wait_for(self, name: str, total_rows: int) -> list[tuple[int, int]]:
-        """The batches of `name` since it had taken in `total_rows` less what it now has."""
+        """Every batch of `name` so far, once they add up to `total_rows` input rows."""
         deadline = time.monotonic() + WAIT_S
         with self.changed:
             while sum(rows for rows, _ in self.seen.get(name, [])) < total_rows:
@@ -129,7 +128,7 @@ class Pipeline:
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=self._stream, args=(layer,), daemon=True)
-            for layer in LAYERS.values()
+            for layer in ("bronze", "silver")
         ]
         pipeline = graph(settings)
         # As `run all` runs gold: its models, each judged by the gold gate as it writes.
@@ -164,7 +163,7 @@ class Pipeline:
             assert sent == records, f"sent {sent:,} records, not {records:,}"
             for name in (BRONZE, SILVER):
                 seen = self.batches.wait_for(name, marks[name] + records)
-                new = seen[len(seen) - _batches_since(seen, marks[name]) :]
+                new = seen[-_batches_since(seen, marks[name]) :]
                 after = self.compiled()
                 seconds = sum(ms for _, ms in new) / 1000
                 steps[name].add(seconds / len(new), (after - before) // len(new))
