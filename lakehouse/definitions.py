@@ -248,6 +248,7 @@ class NodeRunner:
                 self.full_refresh,
                 int(self.settings.gold.full_refresh_below_mb * 2**20),
                 gate=self._gold_gate,
+                history=self._run_log,
             )
         self.model_runs.append(run)
         reason = f" ({run.reason})" if run.reason else ""
@@ -259,6 +260,14 @@ class NodeRunner:
             quarantined=run.quarantined,
             message=f"{run.mode}{reason}{quarantined}",
         )
+
+    @cached_property
+    def _run_log(self) -> dict[str, dict[str, tuple[int, str]]]:
+        """What each model's last run processed, read once per walk: a model's own entry
+        changes only when it runs, and it runs once in a walk."""
+        from lakehouse.graph.models import run_log
+
+        return run_log(self.spark, self.settings.storage)
 
     @cached_property
     def _gold_gate(self) -> Any:

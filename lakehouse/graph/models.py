@@ -159,6 +159,7 @@ def run_models(
     full_below_bytes: int = 0,
     echo: Callable[[str], None] = echo,
     gate: WriteGate | None = None,
+    history: Mapping[str, Mapping[str, tuple[int, str]]] | None = None,
 ) -> list[ModelRun]:
     """Run `models`, each incrementally unless it cannot be or its inputs are smaller than
     `full_below_bytes`, where a full refresh is cheaper (`gold.full_refresh_below_mb`).
@@ -167,10 +168,12 @@ def run_models(
     mostly round trips (pinning versions, Delta's log, small Spark jobs), which overlap.
     The run log gets one row per model, appended once at the end (also when a model
     failed): a model whose row is lost to a crash is only recomputed next time. `gate`
-    validates each model's rows before they are written (`WriteGate`).
+    validates each model's rows before they are written (`WriteGate`). `history`: the run
+    log as `run_log` read it, for a caller that runs models one at a time (a walk of the
+    graph), so that it reads the log once rather than once per model.
     """
-    delta.create(spark, RUNS, storage.table_uri(RUNS.name))
-    run_id, history = new_run_id(), last_versions(spark, storage)
+    history = run_log(spark, storage) if history is None else history
+    run_id = new_run_id()
 
     def run(model: Model) -> ModelRun:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
@@ -196,6 +199,12 @@ def run_models(
     finally:
         _record(spark, storage, run_id, runs)
     return runs
+
+
+def run_log(spark: SparkSession, storage: StorageSettings) -> dict[str, dict[str, tuple[int, str]]]:
+    """Per model, what its last run processed: the run log, created if it is not yet."""
+    delta.create(spark, RUNS, storage.table_uri(RUNS.name))
+    return last_versions(spark, storage)
 
 
 def run_model(
