@@ -283,6 +283,8 @@ class NodeRunner:
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
         verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
+        if checked.reused:
+            names = "; ".join(filter(None, ("unchanged since its last check", names)))
         return Done(verdict, rows_read=checked.rows, failures=len(failed), message=names)
 
     @cached_property

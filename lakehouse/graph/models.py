@@ -15,7 +15,8 @@ versions as the bookmark:
   makes the result equal a full refresh (late records included) and a rerun after a
   crash harmless.
 
-Every run appends a row to `gold.model_runs` with the versions it processed.
+Every run that recomputed anything appends a row to `gold.model_runs` with the versions it
+processed; one that found no input changed costs a lookup of each input's latest version.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from lakehouse.core.tables import TableSpec
 from lakehouse.quality.gates import Verdict, WriteGate, input_views
 from lakehouse.quality.store import new_run_id
 from lakehouse.storage import catalog, delta
-from lakehouse.storage.model_runs import RUNS, last_versions
+from lakehouse.storage.model_runs import RUNS, LastVersions, last_versions
 
 Build = TypeVar("Build", bound=Callable[..., DataFrame])
 
@@ -166,8 +167,9 @@ def run_models(
 
     Models that do not read each other run at once, in waves: a model's fixed costs are
     mostly round trips (pinning versions, Delta's log, small Spark jobs), which overlap.
-    The run log gets one row per model, appended once at the end (also when a model
-    failed): a model whose row is lost to a crash is only recomputed next time. `gate`
+    The run log gets one row per model that recomputed anything, appended once at the end
+    (also when a model failed): a model whose row is lost to a crash is only recomputed
+    next time. `gate`
     validates each model's rows before they are written (`WriteGate`). `history`: the run
     log as `run_log` read it, for a caller that runs models one at a time (a walk of the
     graph), so that it reads the log once rather than once per model.
@@ -201,7 +203,7 @@ def run_models(
     return runs
 
 
-def run_log(spark: SparkSession, storage: StorageSettings) -> dict[str, dict[str, tuple[int, str]]]:
+def run_log(spark: SparkSession, storage: StorageSettings) -> LastVersions:
     """Per model, what its last run processed: the run log, created if it is not yet."""
     delta.create(spark, RUNS, storage.table_uri(RUNS.name))
     return last_versions(spark, storage)
@@ -455,6 +457,9 @@ def _record(
             run.seconds,
         )
         for run in runs
+        # A run that found nothing changed read what the last one did: the next run starts
+        # where that one ended, and the walk's progress row says it ran.
+        if run.mode != "unchanged"
     ]
     if rows:
         delta.append(spark.createDataFrame(rows, RUNS.columns), storage.table_uri(RUNS.name))

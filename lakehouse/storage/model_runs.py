@@ -8,6 +8,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.core.settings import StorageSettings
 from lakehouse.core.tables import TableSpec
+from lakehouse.storage import delta
 
 RUNS = TableSpec(
     name="gold.model_runs",
@@ -15,7 +16,8 @@ RUNS = TableSpec(
     columns="""
         run_id STRING NOT NULL COMMENT 'the gold run (one command) the model ran in',
         model STRING NOT NULL COMMENT 'the model, by table name: gold.sensor_hourly',
-        mode STRING NOT NULL COMMENT 'full, incremental, or unchanged (no input changed)',
+        mode STRING NOT NULL COMMENT 'full or incremental (a run that found no input changed
+            is in ops.gold_progress only)',
         source_versions MAP<STRING, BIGINT> NOT NULL
             COMMENT 'the Delta version of each input the run read: where the next one starts',
         source_ids MAP<STRING, STRING> NOT NULL
@@ -29,19 +31,34 @@ RUNS = TableSpec(
 )
 
 
-def last_versions(
-    spark: SparkSession, storage: StorageSettings
-) -> dict[str, dict[str, tuple[int, str]]]:
-    """Per model, source -> (version, table id) its last run processed: one read of the
-    run log for the whole run."""
-    runs = spark.read.format("delta").load(storage.table_uri(RUNS.name))
-    latest = runs.groupBy("model").agg(
-        F.max_by(F.struct("source_versions", "source_ids"), "started_at").alias("last")
-    )
-    return {
-        row["model"]: {
-            name: (int(version), row["last"]["source_ids"].get(name, ""))
-            for name, version in row["last"]["source_versions"].items()
-        }
-        for row in latest.collect()
-    }
+LastVersions = dict[str, dict[str, tuple[int, str]]]
+"""Per model, source -> (Delta version, table id) its last run processed."""
+
+
+def last_versions(spark: SparkSession, storage: StorageSettings) -> LastVersions:
+    """What each model's last run processed: one read of the run log for the whole run,
+    and none while the log has no new commit (an idle pipeline's scheduled runs)."""
+    uri = storage.table_uri(RUNS.name)
+    log = delta.latest(spark, uri)
+    key = (uri, log.table_id, log.version)
+    if (known := _READ.get(uri)) is None or known[0] != key:
+        runs = spark.read.format("delta").option("versionAsOf", log.version).load(uri)
+        latest = runs.groupBy("model").agg(
+            F.max_by(F.struct("source_versions", "source_ids"), "started_at").alias("last")
+        )
+        known = _READ[uri] = (
+            key,
+            {
+                row["model"]: {
+                    name: (int(version), row["last"]["source_ids"].get(name, ""))
+                    for name, version in row["last"]["source_versions"].items()
+                }
+                for row in latest.collect()
+            },
+        )
+    return {model: dict(read) for model, read in known[1].items()}
+
+
+_READ: dict[str, tuple[tuple[str, str, int], LastVersions]] = {}
+"""The run log as last read, per location, with the version it was read at: a version's
+rows never change, so a reader that finds the same version needs no Spark job."""

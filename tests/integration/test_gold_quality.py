@@ -77,8 +77,17 @@ def test_clean_gold_passes_its_suites_in_the_run_and_over_the_whole_tables(
 ) -> None:
     results = table(spark, lake, "quality.gold_expectation_results")
     assert results.count() > 0 and results.where("NOT success").count() == 0
+    checker = Checker(spark, lake, load_suites(lake.quality.suites_dir))
     for model in MODELS:
-        assert all(held for held, _ in check(spark, lake, model.name).values()), model.name
+        found, again = checker.check(model.name), checker.check(model.name)
+        assert found is not None and all(o.success for o in found.outcomes), model.name
+        # The same versions, the same suite: the outcome again, without validating anew.
+        assert again is not None and again.reused and not found.reused
+        assert again.outcomes == found.outcomes
+    recorded = table(spark, lake, "quality.check_expectation_results").groupBy("table_name")
+    assert {r.table_name: r["count"] for r in recorded.count().collect()} == {
+        m.name: len(load_suites(lake.quality.suites_dir, m.name)[0].checks) for m in MODELS
+    }
 
 
 def test_a_failing_fail_expectation_leaves_the_model_table_as_it_was(

@@ -120,3 +120,26 @@ def test_selecting_a_layer_or_a_table_that_has_no_suite_is_an_error() -> None:
     assert {s.layer for s in load_suites(folder, "silver")} == {"silver"}
     with pytest.raises(SuiteError, match="no suite for 'platinum'"):
         load_suites(folder, "platinum")
+
+
+def test_a_suite_that_reads_the_clock_is_never_judged_by_an_earlier_outcome(
+    tmp_path: Path,
+) -> None:
+    from lakehouse.quality.checks import _reads_the_clock
+
+    # The shipped suites judge rows alone: a check of the same versions can be reused.
+    assert not any(_reads_the_clock(s) for s in load_suites(PROJECT_ROOT / "expectations"))
+    for query in (
+        "SELECT * FROM {batch} WHERE ingested_at < current_timestamp() - INTERVAL 1 HOUR",
+        "SELECT * FROM {batch} WHERE day < CURRENT_DATE",
+        "SELECT * FROM {batch} WHERE unix_timestamp( ) - unix_timestamp(at) > 60",
+        "SELECT * FROM {batch} WHERE rand() < 0.01",
+    ):
+        entry = {"name": "fresh", "severity": "warn", "type": "unexpected_rows_expectation",
+                 "kwargs": {"unexpected_rows_query": query}}  # fmt: skip
+        assert _reads_the_clock(load_suite(write_suite(tmp_path, [entry]))), query
+    # A time parsed from a column is the rows' own: the same rows, the same outcome.
+    parsed = {"name": "parsed", "severity": "warn", "type": "unexpected_rows_expectation",
+              "kwargs": {"unexpected_rows_query": "SELECT * FROM {batch} WHERE "
+                         "unix_timestamp(at) < 0"}}  # fmt: skip
+    assert not _reads_the_clock(load_suite(write_suite(tmp_path, [parsed])))
