@@ -40,7 +40,7 @@ from lakehouse.core.settings import StorageSettings
 from lakehouse.core.tables import TableSpec
 from lakehouse.quality.gates import Verdict, WriteGate, input_views
 from lakehouse.quality.store import new_run_id
-from lakehouse.storage import catalog, delta
+from lakehouse.storage import catalog, delta, model_runs
 from lakehouse.storage.model_runs import RUNS, LastVersions, last_versions
 
 Build = TypeVar("Build", bound=Callable[..., DataFrame])
@@ -444,6 +444,11 @@ _KEPT = "lakehouse_kept"
 def _record(
     spark: SparkSession, storage: StorageSettings, run_id: str, runs: Sequence[ModelRun]
 ) -> None:
+    # A run that found nothing changed read what the last one did: the next run starts
+    # where that one ended, and the walk's progress row says it ran.
+    recorded = [run for run in runs if run.mode != "unchanged"]
+    if not recorded:
+        return
     rows = [
         (
             run_id,
@@ -456,10 +461,8 @@ def _record(
             run.started_at,
             run.seconds,
         )
-        for run in runs
-        # A run that found nothing changed read what the last one did: the next run starts
-        # where that one ended, and the walk's progress row says it ran.
-        if run.mode != "unchanged"
+        for run in recorded
     ]
-    if rows:
-        delta.append(spark.createDataFrame(rows, RUNS.columns), storage.table_uri(RUNS.name))
+    delta.append(spark.createDataFrame(rows, RUNS.columns), storage.table_uri(RUNS.name))
+    read = {r.model: {n: (s.version, s.table_id) for n, s in r.sources.items()} for r in recorded}
+    model_runs.appended(spark, storage, read)

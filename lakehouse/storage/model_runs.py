@@ -59,6 +59,19 @@ def last_versions(spark: SparkSession, storage: StorageSettings) -> LastVersions
     return {model: dict(read) for model, read in known[1].items()}
 
 
+def appended(spark: SparkSession, storage: StorageSettings, read: LastVersions) -> None:
+    """Note that this process appended runs that read `read` to the run log: where that
+    append is the one commit after the log as last read, the log is known without reading
+    it again (a walk's runs after another walk's)."""
+    uri = storage.table_uri(RUNS.name)
+    if (known := _READ.pop(uri, None)) is None:
+        return
+    (_, table_id, version), before = known
+    log = delta.latest(spark, uri)
+    if (log.table_id, log.version) == (table_id, version + 1):
+        _READ[uri] = (uri, table_id, log.version), {**before, **read}
+
+
 _READ: dict[str, tuple[tuple[str, str, int], LastVersions]] = {}
 """The run log as last read, per location, with the version it was read at: a version's
 rows never change, so a reader that finds the same version needs no Spark job."""

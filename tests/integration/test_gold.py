@@ -129,3 +129,36 @@ def test_a_model_on_inputs_under_the_crossover_size_is_rebuilt_in_full_by_itself
     assert mode == "full"
     assert reason.endswith("under gold.full_refresh_below_mb: a full refresh is cheaper")
     assert run_after(INCREMENTS[1], 0) == ("incremental", "")
+
+
+def test_the_run_log_as_remembered_is_the_run_log_as_read_whatever_else_wrote_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from datetime import UTC, datetime
+
+    from lakehouse.storage import delta, model_runs
+
+    s = lake_settings(tmp_path)
+    uri = s.storage.table_uri(model_runs.RUNS.name)
+    delta.create(spark, model_runs.RUNS, uri)
+
+    def append(model: str, version: int) -> dict[str, dict[str, tuple[int, str]]]:
+        row = ("r", model, "incremental", {"silver.x": version}, {"silver.x": "id"}, 1, 1,
+               datetime.now(UTC), 0.1)  # fmt: skip
+        delta.append(spark.createDataFrame([row], model_runs.RUNS.columns), uri)
+        return {model: {"silver.x": (version, "id")}}
+
+    def read_afresh() -> dict[str, dict[str, tuple[int, str]]]:
+        model_runs._READ.clear()
+        return model_runs.last_versions(spark, s.storage)
+
+    append("gold.a", 1)
+    assert model_runs.last_versions(spark, s.storage) == {"gold.a": {"silver.x": (1, "id")}}
+    append("gold.a", 5)  # another writer, between this process's read and its append
+    model_runs.appended(spark, s.storage, append("gold.b", 3))
+    expected = {"gold.a": {"silver.x": (5, "id")}, "gold.b": {"silver.x": (3, "id")}}
+    assert model_runs.last_versions(spark, s.storage) == expected
+    # This process's append right after its read: known without reading, and the same.
+    model_runs.appended(spark, s.storage, append("gold.a", 7))
+    remembered = model_runs.last_versions(spark, s.storage)
+    assert remembered == {**expected, "gold.a": {"silver.x": (7, "id")}} == read_afresh()
