@@ -9,9 +9,10 @@ its progress event: planning, the read, `foreachBatch`'s writes and gate, the co
 models are then walked as `run all` walks them (recorded, their results written) twice: over
 the new rows, and again over inputs that did not change, which is what each scheduled run
 of an idle pipeline costs; then gold's checks (`lakehouse check`, the check nodes of
-`build`) over those unchanged tables. Classes compiled are Spark's `CodegenMetrics` count
-between the steps; silver starts planning its batch as soon as bronze commits, so a few of
-silver's classes may be counted as bronze's.
+`build`) over those unchanged tables; for the last two, also the slowest node of the walk
+(its own time, the walk's one progress record aside). Classes compiled are Spark's
+`CodegenMetrics` count between the steps; silver starts planning its batch as soon as
+bronze commits, so a few of silver's classes may be counted as bronze's.
 
 Each size runs `--rounds` times after two untimed warm-up rounds (every plan once); the
 medians count. At 0 records no batch runs; the line gives gold's walk only.
@@ -169,15 +170,18 @@ class Pipeline:
                 steps[name].add(seconds / len(new), (after - before) // len(new))
                 before = after
         self._walk(self.gold, steps["gold"])  # over what just arrived
-        self._walk(self.gold, steps["gold unchanged"])
-        self._walk(self.checks, steps["gold checks"])
+        self._walk(self.gold, steps["gold unchanged"], steps["unchanged node"])
+        self._walk(self.checks, steps["gold checks"], steps["check node"])
 
-    def _walk(self, nodes: list[Node], step: Step) -> None:
+    def _walk(self, nodes: list[Node], step: Step, slowest: Step | None = None) -> None:
         """Run `nodes` as a command does: recorded in the progress tables, its results
-        written."""
+        written; `slowest` gets the time of its slowest node (the walk's record aside)."""
         before, started = self.compiled(), time.perf_counter()
-        walk(self.settings, self.graph, nodes, NodeRunner(self.spark, self.settings), {}, {})
+        runner = NodeRunner(self.spark, self.settings)
+        results = walk(self.settings, self.graph, nodes, runner, {}, {})
         step.add(time.perf_counter() - started, self.compiled() - before)
+        if slowest is not None:
+            slowest.add(max(r.execution_time for r in results), 0)
 
 
 def _batches_since(seen: list[tuple[int, int]], rows_before: int) -> int:
@@ -216,7 +220,9 @@ def main() -> None:
 
 
 def _steps() -> dict[str, Step]:
-    return {name: Step() for name in (BRONZE, SILVER, "gold", "gold unchanged", "gold checks")}
+    names = (BRONZE, SILVER, "gold", "gold unchanged", "unchanged node", "gold checks")
+    names += ("check node",)
+    return {name: Step() for name in names}
 
 
 def _report(results: dict[int, dict[str, Step]]) -> None:

@@ -121,12 +121,8 @@ def to_sensor_records(
     )
 
 
-WRITES = (
-    NAME,
-    store.quarantine_table("bronze").name,
-    store.results_table("bronze").name,
-    progress.progress_table("bronze").name,
-)
+PROGRESS = progress.progress_table("bronze").name
+WRITES = (NAME, store.quarantine_table("bronze").name, store.results_table("bronze").name, PROGRESS)
 """Every table the bronze stream writes: on S3 it holds their leases while it runs."""
 
 
@@ -194,8 +190,10 @@ def run(
         )
         interval = settings.bronze.trigger_interval if continuous else None
         recorded = ("bronze", progress.create(spark, settings.storage, "bronze"))
+        # Each batch writes every table but its progress under the batch's transaction.
+        written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            source, NAME, checkpoint, write, interval, progress_to=recorded, stop=stop
+            source, NAME, checkpoint, write, interval, None, recorded, stop, written
         )
 
 

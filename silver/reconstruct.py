@@ -39,11 +39,12 @@ from silver.session_machine import STATE_VERSION
 from silver.writer import TABLES, SilverWriter
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
+PROGRESS = progress.progress_table("silver").name
 WRITES = (
     *(spec.name for spec in TABLES),
     store.quarantine_table("silver").name,
     store.results_table("silver").name,
-    progress.progress_table("silver").name,
+    PROGRESS,
 )
 """Every table the silver stream writes: on S3 it holds their leases while it runs."""
 
@@ -73,8 +74,10 @@ def run(
         whole = partial(read_sessions, spark, settings, trace, 2**31 - 1)
         recorded = ("silver", progress.create(spark, settings.storage, "silver"))
         write = SilverWriter(spark, settings, held, after_batch)
+        # Each batch writes every table but its progress under the batch's transaction.
+        written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            limited, QUERY_NAME, checkpoint, write, interval, whole, recorded, stop
+            limited, QUERY_NAME, checkpoint, write, interval, whole, recorded, stop, written
         )
 
 

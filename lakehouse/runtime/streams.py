@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FrameType
@@ -20,7 +20,7 @@ from lakehouse.core.errors import Explained, LakehouseError, Unavailable, explai
 from lakehouse.core.settings import Settings
 from lakehouse.observe import progress
 from lakehouse.runtime.spark import STATE_FORMAT, TRACE_FILE
-from lakehouse.storage import catalog
+from lakehouse.storage import catalog, delta
 from lakehouse.storage.delta import Txn
 from lakehouse.storage.lease import Held
 
@@ -62,6 +62,7 @@ def run_foreach_batch(
     unlimited: Callable[[], DataFrame] | None = None,
     progress_to: tuple[str, str] | None = None,
     stop: threading.Event | None = None,
+    written: Sequence[str] = (),
 ) -> RunStats:
     """Run `frame` into `write` per micro-batch: to the current end of the input
     (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
@@ -69,7 +70,9 @@ def run_foreach_batch(
     checkpoint runs first, to the end of its input: its first batch takes all there is.
     Made only then: planning the query costs the driver about half a second.
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
-    set, the query stops after its running batch (default: on SIGINT or SIGTERM)."""
+    set, the query stops after its running batch (default: on SIGINT or SIGTERM).
+    `written`: the tables `write` writes under the batch's `Txn`, prepared for the next
+    batch's writes once a batch is written (`delta.prepare_writes`)."""
     query_id: list[str] = []
     started = threading.Event()
     spark = frame.sparkSession
@@ -78,6 +81,8 @@ def run_foreach_batch(
         started.wait()  # the query id is known only once start() has returned
         try:
             write(batch, Txn(query_id[0], batch_id))
+            if written:
+                delta.prepare_writes(spark, written)
         except LakehouseError:
             raise
         except Exception as error:

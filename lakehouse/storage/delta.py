@@ -186,6 +186,28 @@ def _snapshot(spark: SparkSession, location: str) -> Any:
     return log.update(False, none, none)
 
 
+def prepare_writes(spark: SparkSession, locations: Sequence[str]) -> None:
+    """Compute, on a thread of its own, what the next write under a `Txn` to each table
+    asks of the table's latest version: the micro-batches it holds.
+
+    Delta answers that from the version's whole state, in a Spark job over the table's
+    log inside the write (half a second to a second a table, four or more tables a silver
+    batch). Started once a batch is written, it runs while the stream waits for its next
+    trigger, and the next batch's writes find it done: Delta keeps the state with the
+    version, and gives the same version to every reader until the next commit. A write
+    that comes first computes it itself (the two never compute it twice); what this thread
+    fails at, the write does again and says."""
+
+    def prepare() -> None:
+        for location in locations:
+            try:
+                _snapshot(spark, location).transactions()
+            except Exception:  # the write itself asks again, and fails in its own words
+                continue
+
+    threading.Thread(target=prepare, name="delta-prepare-writes", daemon=True).start()
+
+
 def holds(spark: SparkSession, location: str, txn: Txn) -> bool:
     """Whether the Delta table at `location` holds the write of micro-batch `txn` (or of
     a later batch of the same query)."""
