@@ -283,9 +283,11 @@ class NodeRunner:
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
         verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
-        if checked.reused:
+        rows_read: int | None = checked.rows
+        if checked.reused:  # nothing read: the outcome of the same versions' last check
             names = "; ".join(filter(None, ("unchanged since its last check", names)))
-        return Done(verdict, rows_read=checked.rows, failures=len(failed), message=names)
+            rows_read = None
+        return Done(verdict, rows_read=rows_read, failures=len(failed), message=names)
 
     @cached_property
     def _checker(self) -> Any:
