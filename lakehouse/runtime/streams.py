@@ -72,7 +72,9 @@ def run_foreach_batch(
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM).
     `written`: the tables `write` writes under the batch's `Txn`, prepared for the next
-    batch's writes once a batch is written (`delta.prepare_writes`)."""
+    batch's writes once a batch is written (`delta.prepare_writes`), where a trigger
+    interval leaves a pause to do it in: to the end of the input, batches follow each
+    other at once and the last one's would be work for nothing."""
     query_id: list[str] = []
     started = threading.Event()
     spark = frame.sparkSession
@@ -81,7 +83,7 @@ def run_foreach_batch(
         started.wait()  # the query id is known only once start() has returned
         try:
             write(batch, Txn(query_id[0], batch_id))
-            if written:
+            if written and trigger_interval is not None:
                 delta.prepare_writes(spark, written)
         except LakehouseError:
             raise
