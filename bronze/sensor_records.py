@@ -193,8 +193,9 @@ def run(
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            source, NAME, checkpoint, write, interval, None, recorded, stop, written
-        )
+            source, NAME, checkpoint, write, interval,
+            progress_to=recorded, stop=stop, written=written,
+        )  # fmt: skip
 
 
 def refuse_kafka_losses(spark: SparkSession, settings: Settings, checkpoint: str) -> None:

@@ -77,8 +77,9 @@ def run(
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            limited, QUERY_NAME, checkpoint, write, interval, whole, recorded, stop, written
-        )
+            limited, QUERY_NAME, checkpoint, write, interval, whole,
+            progress_to=recorded, stop=stop, written=written,
+        )  # fmt: skip
 
 
 def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refresh: bool) -> None:

@@ -40,8 +40,8 @@ from lakehouse.core.settings import StorageSettings
 from lakehouse.core.tables import TableSpec
 from lakehouse.quality.gates import Verdict, WriteGate, input_views
 from lakehouse.quality.store import new_run_id
-from lakehouse.storage import catalog, delta, model_runs
-from lakehouse.storage.model_runs import RUNS, LastVersions, last_versions
+from lakehouse.storage import catalog, delta
+from lakehouse.storage.model_runs import RUNS, LastVersions, appended, last_versions
 
 Build = TypeVar("Build", bound=Callable[..., DataFrame])
 
@@ -169,10 +169,9 @@ def run_models(
     mostly round trips (pinning versions, Delta's log, small Spark jobs), which overlap.
     The run log gets one row per model that recomputed anything, appended once at the end
     (also when a model failed): a model whose row is lost to a crash is only recomputed
-    next time. `gate`
-    validates each model's rows before they are written (`WriteGate`). `history`: the run
-    log as `run_log` read it, for a caller that runs models one at a time (a walk of the
-    graph), so that it reads the log once rather than once per model.
+    next time. `gate` validates each model's rows before they are written (`WriteGate`).
+    `history`: the run log as `run_log` read it, for a caller that runs models one at a
+    time (a walk of the graph), so that it reads the log once rather than once per model.
     """
     history = run_log(spark, storage) if history is None else history
     run_id = new_run_id()
@@ -465,4 +464,4 @@ def _record(
     ]
     delta.append(spark.createDataFrame(rows, RUNS.columns), storage.table_uri(RUNS.name))
     read = {r.model: {n: (s.version, s.table_id) for n, s in r.sources.items()} for r in recorded}
-    model_runs.appended(spark, storage, read)
+    appended(spark, storage, read)

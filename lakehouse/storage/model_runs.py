@@ -40,7 +40,7 @@ def last_versions(spark: SparkSession, storage: StorageSettings) -> LastVersions
     and none while the log has no new commit (an idle pipeline's scheduled runs)."""
     uri = storage.table_uri(RUNS.name)
     log = delta.latest(spark, uri)
-    key = (uri, log.table_id, log.version)
+    key = (log.table_id, log.version)
     if (known := _READ.get(uri)) is None or known[0] != key:
         runs = spark.read.format("delta").option("versionAsOf", log.version).load(uri)
         latest = runs.groupBy("model").agg(
@@ -66,12 +66,12 @@ def appended(spark: SparkSession, storage: StorageSettings, read: LastVersions) 
     uri = storage.table_uri(RUNS.name)
     if (known := _READ.pop(uri, None)) is None:
         return
-    (_, table_id, version), before = known
+    (table_id, version), before = known
     log = delta.latest(spark, uri)
     if (log.table_id, log.version) == (table_id, version + 1):
-        _READ[uri] = (uri, table_id, log.version), {**before, **read}
+        _READ[uri] = (table_id, log.version), {**before, **read}
 
 
-_READ: dict[str, tuple[tuple[str, str, int], LastVersions]] = {}
+_READ: dict[str, tuple[tuple[str, int], LastVersions]] = {}
 """The run log as last read, per location, with the version it was read at: a version's
 rows never change, so a reader that finds the same version needs no Spark job."""
