@@ -6,6 +6,8 @@ set the current values.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -54,9 +56,11 @@ def write(
     txn: Txn,
     latest: DataFrame | None = None,
     rebuild: bool = False,
+    resets: list[Reset] | None = None,
 ) -> None:
-    """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`,
-    where the caller has it, is already their `latest_changes`.
+    """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`
+    and `resets`, where the caller has them, are already their `latest_changes` and
+    `resets_of`.
 
     A session's table is what its last snapshot set, and what came after: a row set by a
     record before a snapshot of the batch that the snapshot did not set again is gone.
@@ -65,14 +69,7 @@ def write(
     the old one's rows are still in this table (or earlier in the batch)."""
     rows = latest_changes(changes) if latest is None else latest
     spark = changes.sparkSession
-    snapshots = [
-        tuple(r)
-        for r in changes.where("op = 'snapshot'")
-        .groupBy(*SESSION)
-        .agg(F.max_by(F.struct("topic", "partition", "offset"), "offset").alias("at"))
-        .select(*SESSION, "at.*")
-        .collect()
-    ]
+    snapshots = resets_of(changes) if resets is None else resets
     if snapshots:
         reset = F.broadcast(spark.createDataFrame(snapshots, _RESET))
         rows = (
@@ -84,15 +81,53 @@ def write(
         delta.replace(rows.where("op <> 'delete'"), path, txn)
         return
     if snapshots:
-        held = DeltaTable.forPath(spark, path).toDF().join(reset, on=list(SESSION))
-        stale = (
-            held.where(~_not_before_reset())
-            .drop(*_RESET_AT)
-            .join(rows.select(*KEY), on=list(KEY), how="left_anti")  # merged anyway
-            .withColumn("op", F.lit("delete"))
+        # Held rows of the reset sessions only: the sessions as literals let Delta skip
+        # the files of others.
+        held = (
+            DeltaTable.forPath(spark, path)
+            .toDF()
+            .where(
+                F.col("sensor_id").isin(sorted({s[0] for s in snapshots}))
+                & F.col("session_id").isin(sorted({s[1] for s in snapshots}))
+            )
+            .join(reset, on=list(SESSION))
         )
-        rows = rows.unionByName(stale, allowMissingColumns=True)
+        before = held.where(~_not_before_reset()).drop(*_RESET_AT)
+        # Nearly every snapshot opens a new session, with nothing held before it: one
+        # light job says so, where the search below shuffles the batch's rows.
+        if not before.isEmpty():
+            stale = before.join(rows.select(*KEY), on=list(KEY), how="left_anti").withColumn(
+                "op", F.lit("delete")
+            )  # merged anyway
+            rows = rows.unionByName(stale, allowMissingColumns=True)
     delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")
+
+
+Reset = tuple[str, str, str, int, int]
+"""(sensor_id, session_id, topic, partition, offset) of a session's last snapshot in a
+batch."""
+
+
+def resets_of(changes: DataFrame) -> list[Reset]:
+    """Per session with a snapshot among `changes`, the lineage of its last one."""
+    return [
+        tuple(r)
+        for r in changes.where("op = 'snapshot'")
+        .groupBy(*SESSION)
+        .agg(F.max_by(F.struct("topic", "partition", "offset"), "offset").alias("at"))
+        .select(*SESSION, "at.*")
+        .collect()
+    ]
+
+
+def last_resets(found: Iterable[Reset]) -> list[Reset]:
+    """Of snapshot lineages (any number per session), each session's last, by offset."""
+    last: dict[tuple[str, str], Reset] = {}
+    for reset in found:
+        held = last.get(reset[:2])
+        if held is None or reset[4] > held[4]:
+            last[reset[:2]] = reset
+    return sorted(last.values())
 
 
 SESSION = KEY[:2]

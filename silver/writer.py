@@ -37,6 +37,8 @@ class Tally:
     unread: list[tuple[str, int, int, int]]
     """(topic, partition, low, high): offsets of violations whose record's bytes did not
     reach Python (records read in the JVM), to be looked up in bronze."""
+    resets: list[session_rows.Reset]
+    """Per session with a snapshot among the row changes, the lineage of its last one."""
 
 
 def tally(batch: DataFrame) -> Tally:
@@ -44,12 +46,16 @@ def tally(batch: DataFrame) -> Tally:
     table to learn that it has nothing for it."""
     violation = F.col("output") == violations.NAME
     bytes_unread = violation & F.get_json_object(outputs.OTHER, "$.raw_value").isNull()
+    snapshot = (F.col("output") == row_changes.NAME) & (F.col("op") == "snapshot")
+    located = bytes_unread | snapshot
     found = (
         batch.groupBy(
             "output",
             F.when(violation, F.get_json_object(outputs.OTHER, "$.reason")).alias("reason"),
-            F.when(bytes_unread, F.col("topic")).alias("topic"),
-            F.when(bytes_unread, F.col("partition")).alias("partition"),
+            F.when(snapshot, F.col("sensor_id")).alias("sensor_id"),
+            F.when(snapshot, F.col("session_id")).alias("session_id"),
+            F.when(located, F.col("topic")).alias("topic"),
+            F.when(located, F.col("partition")).alias("partition"),
         )
         .agg(
             F.count("*").alias("rows"), F.min("offset").alias("low"), F.max("offset").alias("high")
@@ -61,8 +67,17 @@ def tally(batch: DataFrame) -> Tally:
         rows[r.output] += r.rows
         if r.reason is not None:
             by_reason[r.reason] += r.rows
-    unread = [(r.topic, r.partition, r.low, r.high) for r in found if r.topic is not None]
-    return Tally(rows, by_reason, unread)
+    unread = [
+        (r.topic, r.partition, r.low, r.high)
+        for r in found
+        if r.output == violations.NAME and r.topic is not None
+    ]
+    resets = session_rows.last_resets(
+        (r.sensor_id, r.session_id, r.topic, r.partition, r.high)
+        for r in found
+        if r.sensor_id is not None
+    )
+    return Tally(rows, by_reason, unread, resets)
 
 
 def with_raw_values(
@@ -152,7 +167,7 @@ class SilverWriter:
         # wrong one.
         appended = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE)
         writes: list[Callable[[], None]] = [
-            partial(self.merge_rows, batch, txn, admitted, selected),
+            partial(self.merge_rows, batch, txn, counted, admitted, selected),
             partial(self.merge_sessions, txn, admitted),
             partial(gate.record, rebuild, batch.sparkSession),
         ]
@@ -175,20 +190,22 @@ class SilverWriter:
         self,
         batch: DataFrame,
         txn: Txn,
+        counted: Tally,
         admitted: dict[str, DataFrame],
         selected: dict[str, DataFrame],
     ) -> None:
         changes = admitted.get(row_changes.NAME)
         if changes is None:
             return
-        # The workers marked each row's last change; a gate that quarantined some changes
-        # leaves the rest to be ranked again.
-        latest = None
+        # The workers marked each row's last change, and the tally found the snapshots; a
+        # gate that quarantined some changes leaves the rest to be ranked and found again.
+        latest, resets = None, None
         if changes is selected[row_changes.NAME]:
             marked = batch.where(F.col(outputs.LATEST))
             latest = outputs.select(marked, row_changes.TABLE, txn.version)
+            resets = counted.resets
         rebuild = txn.version == 0
-        session_rows.write(changes, self.uri[session_rows.NAME], txn, latest, rebuild)
+        session_rows.write(changes, self.uri[session_rows.NAME], txn, latest, rebuild, resets)
 
     def merge_sessions(self, txn: Txn, admitted: dict[str, DataFrame]) -> None:
         if sessions.NAME in admitted:
