@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from silver.session_rows import last_resets
 
 
