@@ -96,9 +96,11 @@ def write(
         # Nearly every snapshot opens a new session, with nothing held before it: one
         # light job says so, where the search below shuffles the batch's rows.
         if not before.isEmpty():
-            stale = before.join(rows.select(*KEY), on=list(KEY), how="left_anti").withColumn(
+            # A row the batch sets again is merged anyway.
+            again = rows.select(*KEY)
+            stale = before.join(again, on=list(KEY), how="left_anti").withColumn(
                 "op", F.lit("delete")
-            )  # merged anyway
+            )
             rows = rows.unionByName(stale, allowMissingColumns=True)
     delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")
 
