@@ -112,22 +112,21 @@ batch."""
 
 def resets_of(changes: DataFrame) -> list[Reset]:
     """Per session with a snapshot among `changes`, the lineage of its last one."""
-    return [
-        tuple(r)
-        for r in changes.where("op = 'snapshot'")
-        .groupBy(*SESSION)
-        .agg(F.max_by(F.struct("topic", "partition", "offset"), "offset").alias("at"))
-        .select(*SESSION, "at.*")
+    found = (
+        changes.where("op = 'snapshot'")
+        .groupBy(*SESSION, "topic", "partition")
+        .agg(F.max("offset"))
         .collect()
-    ]
+    )
+    return last_resets(tuple(r) for r in found)
 
 
 def last_resets(found: Iterable[Reset]) -> list[Reset]:
     """Of snapshot lineages (any number per session), each session's last, by offset."""
     last: dict[tuple[str, str], Reset] = {}
     for reset in found:
-        held = last.get(reset[:2])
-        if held is None or reset[4] > held[4]:
+        kept = last.get(reset[:2])
+        if kept is None or reset[4] > kept[4]:
             last[reset[:2]] = reset
     return sorted(last.values())
 
