@@ -9,8 +9,11 @@ its progress event: planning, the read, `foreachBatch`'s writes and gate, the co
 models are then walked as `run all` walks them (recorded, their results written) twice: over
 the new rows, and again over inputs that did not change, which is what each scheduled run
 of an idle pipeline costs; then gold's checks (`lakehouse check`, the check nodes of
-`build`) over those unchanged tables; for the last two, also the slowest node of the walk
-(its own time, the walk's one progress record aside). Classes compiled are Spark's
+`build`) over those unchanged tables, and once more, as a scheduled run of an idle
+pipeline checks them again; for the unchanged walk and the first checks, also the slowest
+node of the walk (its own time, the walk's one progress record aside), and per model its
+node and its table's check node over unchanged inputs together (`model+check`, the
+slowest model's). Classes compiled are Spark's
 `CodegenMetrics` count between the steps; silver starts planning its batch as soon as
 bronze commits, so a few of silver's classes may be counted as bronze's.
 
@@ -38,7 +41,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from benchmarks.common import broker, run_settings
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import STREAMS, NodeRunner, graph, run_stream
-from lakehouse.graph.execute import walk
+from lakehouse.graph.execute import NodeResult, walk
 from lakehouse.graph.nodes import Node, select
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.spark import build_spark
@@ -170,10 +173,15 @@ class Pipeline:
                 steps[name].add(seconds / len(new), (after - before) // len(new))
                 before = after
         self._walk(self.gold, steps["gold"])  # over what just arrived
-        self._walk(self.gold, steps["gold unchanged"], steps["unchanged node"])
+        models = self._walk(self.gold, steps["gold unchanged"], steps["unchanged node"])
         self._walk(self.checks, steps["gold checks"], steps["check node"])
+        checks = self._walk(self.checks, steps["checks unchanged"])
+        # Per model, its node and its table's check, both over unchanged inputs: what a
+        # scheduled run of an idle pipeline costs each model.
+        check_of = {r.unique_id.removeprefix("check:"): r.execution_time for r in checks}
+        steps["model+check"].add(max(r.execution_time + check_of[r.unique_id] for r in models), 0)
 
-    def _walk(self, nodes: list[Node], step: Step, slowest: Step | None = None) -> None:
+    def _walk(self, nodes: list[Node], step: Step, slowest: Step | None = None) -> list[NodeResult]:
         """Run `nodes` as a command does: recorded in the progress tables, its results
         written; `slowest` gets the time of its slowest node (the walk's record aside)."""
         before, started = self.compiled(), time.perf_counter()
@@ -182,6 +190,7 @@ class Pipeline:
         step.add(time.perf_counter() - started, self.compiled() - before)
         if slowest is not None:
             slowest.add(max(r.execution_time for r in results), 0)
+        return results
 
 
 def _batches_since(seen: list[tuple[int, int]], rows_before: int) -> int:
@@ -221,7 +230,7 @@ def main() -> None:
 
 def _steps() -> dict[str, Step]:
     names = (BRONZE, SILVER, "gold", "gold unchanged", "unchanged node", "gold checks")
-    names += ("check node",)
+    names += ("check node", "checks unchanged", "model+check")
     return {name: Step() for name in names}
 
 

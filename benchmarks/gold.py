@@ -218,7 +218,7 @@ class Lake:
     @cached_property
     def gate(self) -> WriteGate:
         s = self.settings
-        return write_gate(self.spark, s.quality, s.storage, "gold")
+        return write_gate(s.quality, s.storage, "gold")
 
     def table(self, name: str) -> str:
         return self.settings.storage.table_uri(name)

@@ -273,7 +273,7 @@ class NodeRunner:
     def _gold_gate(self) -> Any:
         from lakehouse.quality.gates import write_gate
 
-        return write_gate(self.spark, self.settings.quality, self.settings.storage, "gold")
+        return write_gate(self.settings.quality, self.settings.storage, "gold")
 
     def _check(self, node: Node) -> Done:
         table = node.reads[0]

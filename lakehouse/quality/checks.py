@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -73,9 +74,16 @@ class Checker:
     def __init__(self, spark: SparkSession, settings: Settings, suites: Sequence[Suite]) -> None:
         self.spark, self.settings = spark, settings
         self.suites = {s.table: s for s in suites}
-        store.create_tables(spark, settings.storage, "check", sorted({s.layer for s in suites}))
-        self.validator = Validator(suites, context=gx_context(settings))
         self.run_id = store.new_run_id()
+
+    @cached_property
+    def validator(self) -> Validator:
+        """Made on the first validation, with the results tables: a walk whose checks all
+        find their tables unchanged reuses outcomes, and pays for neither (the file
+        context alone costs about half a second)."""
+        layers = sorted({s.layer for s in self.suites.values()})
+        store.create_tables(self.spark, self.settings.storage, "check", layers)
+        return Validator(list(self.suites.values()), context=gx_context(self.settings))
 
     def check(
         self, table: str, since: str | None = None, echo: Callable[[str], None] = echo

@@ -340,6 +340,16 @@ class WriteGate:
     _judging: threading.Lock = field(default_factory=threading.Lock)
     """Models of a wave run at once, and Great Expectations' context is not thread-safe:
     its one Spark data source would validate one model's suite on another's rows."""
+    _made: bool = False
+    """The results and quarantine tables exist: made by the first record, so that a walk
+    whose models all find their inputs unchanged opens neither."""
+    _making: threading.Lock = field(default_factory=threading.Lock)
+
+    def _make_tables(self, spark: SparkSession) -> None:
+        with self._making:  # two models of a wave may record at once
+            if not self._made:
+                create_tables(spark, self.storage, self.layer, [self.layer])
+                self._made = True
 
     def judge(self, frame: DataFrame, table: str, views: Mapping[str, str]) -> Verdict:
         """The verdict on `frame` (persisted by the caller); raise if a `fail` failed."""
@@ -382,6 +392,7 @@ class WriteGate:
     def record(self, spark: SparkSession, table: str, verdict: Verdict) -> None:
         if not verdict.outcomes:
             return
+        self._make_tables(spark)
         found = results_frame(
             spark, self.run_id, "run", self.layer, {table: verdict.outcomes}, None
         )
@@ -391,12 +402,9 @@ class WriteGate:
             delta.append(rows, self.storage.table_uri(quarantine_table(self.layer).name))
 
 
-def write_gate(
-    spark: SparkSession, settings: QualitySettings, storage: StorageSettings, layer: str
-) -> WriteGate:
+def write_gate(settings: QualitySettings, storage: StorageSettings, layer: str) -> WriteGate:
     """The gate of a batch job's writes to `layer`, with the layer's suites (those not
     left to `lakehouse check`)."""
-    create_tables(spark, storage, layer, [layer])
     suites = [s.in_stream() for s in load_suites(settings.suites_dir, layer)]
     return WriteGate(Validator([s for s in suites if s.checks]), storage, layer, new_run_id())
 

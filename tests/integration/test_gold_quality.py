@@ -41,7 +41,7 @@ def table(spark: SparkSession, s: Settings, name: str) -> DataFrame:
 
 
 def gated_run(spark: SparkSession, s: Settings) -> None:
-    run_models(spark, s.storage, MODELS, gate=write_gate(spark, s.quality, s.storage, "gold"))
+    run_models(spark, s.storage, MODELS, gate=write_gate(s.quality, s.storage, "gold"))
 
 
 def check(spark: SparkSession, s: Settings, name: str) -> dict[str, tuple[bool, int | None]]:
@@ -116,7 +116,7 @@ def test_a_failing_fail_expectation_leaves_the_model_table_as_it_was(
                 lake.storage,
                 MODELS,
                 full_refresh=True,
-                gate=write_gate(spark, lake.quality, lake.storage, "gold"),
+                gate=write_gate(lake.quality, lake.storage, "gold"),
             )
     finally:
         path.write_text(shipped)
