@@ -9,8 +9,9 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -144,7 +145,12 @@ def run(
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the bronze stream") as held:
         path = settings.storage.table_uri(NAME)
-        delta.create(spark, TABLE, path)
+        # Each table waits on its first commit and the catalog, not on the other.
+        made: list[Callable[[], object]] = [
+            partial(progress.create, spark, settings.storage, "bronze"),
+            partial(delta.create, spark, TABLE, path),
+        ]
+        progress_uri = str(delta.side_by_side(made)[0])
         if full_refresh:
             # The table is append-only: a rebuild is a new table (a new table id, by which
             # silver and gold see that they must rebuild too), never an overwrite.
@@ -189,7 +195,7 @@ def run(
             spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
         )
         interval = settings.bronze.trigger_interval if continuous else None
-        recorded = ("bronze", progress.create(spark, settings.storage, "bronze"))
+        recorded = ("bronze", progress_uri)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
@@ -230,7 +236,9 @@ def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:
 
 
 def _empty(spark: SparkSession, path: str) -> bool:
-    return not spark.read.format("delta").load(path).take(1)
+    """Whether the table holds no record: from its log where it has no file (a new
+    table), without the second of a job; else by reading one row."""
+    return delta.latest(spark, path).files == 0 or not spark.read.format("delta").load(path).take(1)
 
 
 def refuse_a_rebuild_that_loses_records(

@@ -162,12 +162,15 @@ def latest(spark: SparkSession, location: str) -> Latest:
     commit without one), where DESCRIBE DETAIL counts the table's files in a job (about a
     second a table in a new application)."""
     snapshot = _snapshot(spark, location)
-    size, files = snapshot.sizeInBytesIfKnown(), snapshot.numOfFilesIfKnown()
+    # The snapshot's own `numOfFiles` and `sizeInBytes` (and their `IfKnown` forms) compute
+    # its whole state in a job, checksum or not; the checksum is read with the log.
+    checksum = snapshot.checksumOpt()
+    counted = checksum.get() if checksum.isDefined() else None
     return Latest(
         int(snapshot.version()),
         str(snapshot.metadata().id()),
-        int(size.get() if size.isDefined() else snapshot.sizeInBytes()),
-        int(files.get() if files.isDefined() else snapshot.numOfFiles()),
+        int(counted.tableSizeBytes() if counted else snapshot.sizeInBytes()),
+        int(counted.numFiles() if counted else snapshot.numOfFiles()),
     )
 
 
