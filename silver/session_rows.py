@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
@@ -57,10 +57,11 @@ def write(
     latest: DataFrame | None = None,
     rebuild: bool = False,
     resets: list[Reset] | None = None,
+    held_before: bool | None = None,
 ) -> None:
-    """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`
-    and `resets`, where the caller has them, are already their `latest_changes` and
-    `resets_of`.
+    """Apply a batch of `silver.row_changes` rows (`rebuild`: to empty tables); `latest`,
+    `resets` and `held_before`, where the caller has them, are already their
+    `latest_changes`, `resets_of` and `any_held_before`.
 
     A session's table is what its last snapshot set, and what came after: a row set by a
     record before a snapshot of the batch that the snapshot did not set again is gone.
@@ -71,7 +72,7 @@ def write(
     spark = changes.sparkSession
     snapshots = resets_of(changes) if resets is None else resets
     if snapshots:
-        reset = F.broadcast(spark.createDataFrame(snapshots, _RESET))
+        reset = _reset_frame(spark, snapshots)
         rows = (
             rows.join(reset, on=list(SESSION), how="left")
             .where(_not_before_reset())
@@ -81,21 +82,12 @@ def write(
         delta.replace(rows.where("op <> 'delete'"), path, txn)
         return
     if snapshots:
-        # Held rows of the reset sessions only: the sessions as literals let Delta skip
-        # the files of others.
-        held = (
-            DeltaTable.forPath(spark, path)
-            .toDF()
-            .where(
-                F.col("sensor_id").isin(sorted({s[0] for s in snapshots}))
-                & F.col("session_id").isin(sorted({s[1] for s in snapshots}))
-            )
-            .join(reset, on=list(SESSION))
-        )
-        before = held.where(~_not_before_reset()).drop(*_RESET_AT)
+        before = _held_before(spark, path, snapshots)
         # Nearly every snapshot opens a new session, with nothing held before it: one
         # light job says so, where the search below shuffles the batch's rows.
-        if not before.isEmpty():
+        if held_before is None:
+            held_before = not before.isEmpty()
+        if held_before:
             # A row the batch sets again is merged anyway.
             again = rows.select(*KEY)
             stale = before.join(again, on=list(KEY), how="left_anti").withColumn(
@@ -103,6 +95,33 @@ def write(
             )
             rows = rows.unionByName(stale, allowMissingColumns=True)
     delta.merge(rows, path, KEY, txn, delete_when="s.op = 'delete'")
+
+
+def any_held_before(spark: SparkSession, path: str, resets: list[Reset]) -> bool:
+    """Whether the table at `path` holds a row of a session of `resets` set by a record
+    before the session's last snapshot there (a session id used again once its tombstone
+    was forgotten): the rows its snapshot ends. It reads the table alone, so a caller may
+    ask it beside other work of the batch, before the batch's MERGE."""
+    return bool(resets) and not _held_before(spark, path, resets).isEmpty()
+
+
+def _held_before(spark: SparkSession, path: str, resets: list[Reset]) -> DataFrame:
+    # Held rows of the reset sessions only: the sessions as literals let Delta skip the
+    # files of others.
+    held = (
+        DeltaTable.forPath(spark, path)
+        .toDF()
+        .where(
+            F.col("sensor_id").isin(sorted({s[0] for s in resets}))
+            & F.col("session_id").isin(sorted({s[1] for s in resets}))
+        )
+        .join(_reset_frame(spark, resets), on=list(SESSION))
+    )
+    return held.where(~_not_before_reset()).drop(*_RESET_AT)
+
+
+def _reset_frame(spark: SparkSession, resets: list[Reset]) -> DataFrame:
+    return F.broadcast(spark.createDataFrame(resets, _RESET))
 
 
 Reset = tuple[str, str, str, int, int]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -122,6 +123,7 @@ class SilverWriter:
         )
         self.gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
         self.recorder = progress.listen(spark)
+        self.searching = ThreadPoolExecutor(1, thread_name_prefix="silver-held-rows")
 
     def __call__(self, batch: DataFrame, txn: Txn) -> None:
         self.held.check()
@@ -147,6 +149,16 @@ class SilverWriter:
     def write_tables(self, batch: DataFrame, txn: Txn, counted: Tally, written: set[str]) -> None:
         """Judge and write the tables of `written` (with `silver.session_rows` from the row
         changes) under the batch's transaction."""
+        # Whether rows held from before a snapshot of the batch are there to end (rarely)
+        # asks the table alone: asked beside the gate's counts, not after them.
+        held_before: Future[bool] | None = None
+        if counted.resets and txn.version > 0:
+            held_before = self.searching.submit(
+                session_rows.any_held_before,
+                batch.sparkSession,
+                self.uri[session_rows.NAME],
+                counted.resets,
+            )
         gate = self.gate_for(txn)
         selected = {
             spec.name: outputs.select(batch, spec, txn.version)
@@ -167,7 +179,7 @@ class SilverWriter:
         # wrong one.
         appended = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE)
         writes: list[Callable[[], None]] = [
-            partial(self.merge_rows, batch, txn, counted, admitted, selected),
+            partial(self.merge_rows, batch, txn, counted, admitted, selected, held_before),
             partial(self.merge_sessions, txn, admitted),
             partial(gate.record, rebuild, batch.sparkSession),
         ]
@@ -193,19 +205,22 @@ class SilverWriter:
         counted: Tally,
         admitted: dict[str, DataFrame],
         selected: dict[str, DataFrame],
+        held_before: Future[bool] | None,
     ) -> None:
         changes = admitted.get(row_changes.NAME)
         if changes is None:
             return
         # The workers marked each row's last change, and the tally found the snapshots; a
         # gate that quarantined some changes leaves the rest to be ranked and found again.
-        latest, resets = None, None
+        latest, resets, held = None, None, None
         if changes is selected[row_changes.NAME]:
             marked = batch.where(F.col(outputs.LATEST))
             latest = outputs.select(marked, row_changes.TABLE, txn.version)
             resets = counted.resets
+            held = held_before.result() if held_before is not None else None
         rebuild = txn.version == 0
-        session_rows.write(changes, self.uri[session_rows.NAME], txn, latest, rebuild, resets)
+        uri = self.uri[session_rows.NAME]
+        session_rows.write(changes, uri, txn, latest, rebuild, resets, held)
 
     def merge_sessions(self, txn: Txn, admitted: dict[str, DataFrame]) -> None:
         if sessions.NAME in admitted:
