@@ -237,7 +237,7 @@ def refuse_retired_topics(topics: kafka_changes.Topics, read: set[str]) -> None:
 
 def _empty(spark: SparkSession, path: str) -> bool:
     """Whether the table holds no record: from its log where it has no file (a new
-    table), without the second of a job; else by reading one row."""
+    table), without a job; else by reading one row."""
     return delta.latest(spark, path).files == 0 or not spark.read.format("delta").load(path).take(1)
 
 
