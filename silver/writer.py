@@ -26,6 +26,11 @@ from silver import outputs, row_changes, session_rows, sessions, state_transitio
 TABLES = (*outputs.TABLES, session_rows.TABLE)
 """Every table the writer fills."""
 
+_SEARCHING = ThreadPoolExecutor(1, thread_name_prefix="silver-held-rows")
+"""The one thread that asks `silver.session_rows` for rows held from before a batch's
+snapshots: one per process, not per writer, so that a supervised stream started again
+(a writer each time) leaves no idle thread behind."""
+
 
 @dataclass(frozen=True)
 class Tally:
@@ -123,7 +128,6 @@ class SilverWriter:
         )
         self.gate_for = gates.stream_gates(spark, settings.quality, settings.storage, "silver")
         self.recorder = progress.listen(spark)
-        self.searching = ThreadPoolExecutor(1, thread_name_prefix="silver-held-rows")
 
     def __call__(self, batch: DataFrame, txn: Txn) -> None:
         self.held.check()
@@ -153,7 +157,7 @@ class SilverWriter:
         # asks the table alone: asked beside the gate's counts, not after them.
         held_before: Future[bool] | None = None
         if counted.resets and txn.version > 0:
-            held_before = self.searching.submit(
+            held_before = _SEARCHING.submit(
                 session_rows.any_held_before,
                 batch.sparkSession,
                 self.uri[session_rows.NAME],
