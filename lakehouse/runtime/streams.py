@@ -240,6 +240,26 @@ def await_query(
     stats = RunStats() if stats is None else stats
     seen_batch, started = -1, time.monotonic()
     finished_before_stop: int | None = None
+
+    def count_new_batches() -> None:
+        nonlocal seen_batch
+        for done in query.recentProgress:
+            if done["batchId"] > seen_batch and done["numInputRows"] > 0:
+                seen_batch = done["batchId"]
+                # Spark counts the source's rows once per plan that read them; the
+                # recorded row has the job's own count where it has one.
+                counted = done["numInputRows"]
+                rows = counted
+                if recording is not None:
+                    rows = recording.input_rows(seen_batch, counted)
+                rate = done.get("processedRowsPerSecond", 0) * rows / counted
+                stats.batches += 1
+                stats.input_rows += rows
+                echo(
+                    f"{label}: batch {seen_batch} wrote {rows:,} rows ({rate:,.0f}/s), "
+                    f"{stats.input_rows:,} this run"
+                )
+
     # A live line on a terminal while batches run (and while one is awaited).
     with Live(label) as live:
         try:
@@ -258,28 +278,15 @@ def await_query(
                         query.stop()
                         break
                 query.awaitTermination(1)
-                for done in query.recentProgress:
-                    if done["batchId"] > seen_batch and done["numInputRows"] > 0:
-                        seen_batch = done["batchId"]
-                        # Spark counts the source's rows once per plan that read them; the
-                        # recorded row has the job's own count where it has one.
-                        counted = done["numInputRows"]
-                        rows = counted
-                        if recording is not None:
-                            rows = recording.input_rows(seen_batch, counted)
-                        rate = done.get("processedRowsPerSecond", 0) * rows / counted
-                        stats.batches += 1
-                        stats.input_rows += rows
-                        echo(
-                            f"{label}: batch {seen_batch} wrote {rows:,} rows ({rate:,.0f}/s), "
-                            f"{stats.input_rows:,} this run"
-                        )
+                count_new_batches()
                 live.update(
                     f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run"
                 )
                 if recording is not None:
                     _flush(recording, label)
             query.awaitTermination()
+            # The last batches may end while the loop above records the ones before them.
+            count_new_batches()
         except StreamingQueryException as error:
             where = f" (whole trace in {trace_file})" if trace_file else ""
             kind = Unavailable if transient(error) else LakehouseError
