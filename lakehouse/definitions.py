@@ -27,13 +27,14 @@ from lakehouse.core.tables import TableSpec, columns_of
 from lakehouse.graph.execute import Done, Status
 from lakehouse.graph.models import Model, ModelRun, declared_models, dependency_order
 from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
-from lakehouse.observe import progress
+from lakehouse.observe import lineage, progress
 from lakehouse.ops import compaction
 from lakehouse.ops.positions import Reader
 from lakehouse.ops.status import ChangeLog
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.runtime.streams import RunStats, Stream
+from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import lease
 from lakehouse.storage.model_runs import RUNS
 from silver import reconstruct, row_changes, violations
@@ -171,6 +172,37 @@ def _suite_entry(suite: Suite | None) -> dict[str, Any] | None:
     }
 
 
+def walk_lineage(
+    spark: SparkSession, settings: Settings, manifest: dict[str, Any], command: str
+) -> lineage.Lineage | None:
+    """The lineage events of a walk that `command` makes (None: `lineage.transport` off)."""
+    return lineage.Lineage.of(
+        settings.lineage,
+        settings.storage.local_state_dir,
+        manifest,
+        command,
+        kafka=lambda: lineage.kafka_dataset(
+            resolve_bootstrap(settings), settings.kafka.topic_pattern
+        ),
+        column_sources=lambda node: _column_sources(spark, node),
+    )
+
+
+_COLUMN_SOURCES: dict[str, lineage.ColumnSources] = {}
+
+
+def _column_sources(spark: SparkSession, node: str) -> lineage.ColumnSources | None:
+    """A gold model's column lineage, from its build's analyzed plan over empty inputs of
+    its inputs' declared columns: no data read, once per model and process."""
+    model = next((m for m in MODELS if m.name == node), None)
+    if model is None:
+        return None
+    if node not in _COLUMN_SOURCES:
+        inputs = [spark.createDataFrame([], TABLES[t].columns).alias(t) for t in model.reads]
+        _COLUMN_SOURCES[node] = lineage.column_sources(model.build(*inputs))
+    return _COLUMN_SOURCES[node]
+
+
 def run_stream(
     spark: SparkSession,
     settings: Settings,
@@ -287,7 +319,21 @@ class NodeRunner:
         if checked.reused:  # nothing read: the outcome of the same versions' last check
             names = "; ".join(filter(None, ("unchanged since its last check", names)))
             rows_read = None
-        return Done(verdict, rows_read=rows_read, failures=len(failed), message=names)
+        assertions = tuple(
+            lineage.Assertion(
+                o.check.name,
+                o.check.type,
+                o.success,
+                o.check.severity,
+                o.check.kwargs.get("column"),
+                o.found,
+            )
+            for o in checked.outcomes
+        )
+        return Done(
+            verdict, rows_read=rows_read, failures=len(failed), message=names,
+            assertions=assertions,
+        )  # fmt: skip
 
     @cached_property
     def _checker(self) -> Any:

@@ -115,4 +115,5 @@ def walk(
 
     invocation = {k: v for k, v in vars(args).items() if k != "handler"}
     manifest = pipeline.manifest(settings, graph)
-    return execute.walk(settings, graph, nodes, runner, invocation, manifest)
+    lineage = pipeline.walk_lineage(runner.spark, settings, manifest, args.command)
+    return execute.walk(settings, graph, nodes, runner, invocation, manifest, lineage)

@@ -291,6 +291,25 @@ class MetricsSettings:
     """The port on 127.0.0.1 they are served at."""
 
 
+LINEAGE_TRANSPORTS = ("file", "http", "off")
+LineageTransport = Rule(
+    lambda v: v in LINEAGE_TRANSPORTS, f"must be one of {', '.join(LINEAGE_TRANSPORTS)}"
+)
+NotEmpty = Rule(bool, "must not be empty")
+
+
+@dataclass(frozen=True)
+class LineageSettings:
+    """Where OpenLineage run events of every walk go (docs/operations.md, Lineage events)."""
+
+    transport: Annotated[str, LineageTransport]
+    """`file`: JSON lines in `<local_state>/lineage/events.jsonl`; `http`: POST to `url`."""
+    url: str
+    """The collector (`http://marquez:5000`): its `/api/v1/lineage` receives the events."""
+    namespace: Annotated[str, NotEmpty]
+    """The jobs' namespace: a node's job is `<namespace>` / `<node name>`."""
+
+
 @dataclass(frozen=True)
 class SqlSettings:
     """`lakehouse sql` and the SQL server: where the server listens, whom it admits, and
@@ -377,6 +396,7 @@ class Settings:
     compact: CompactSettings
     quality: QualitySettings
     metrics: MetricsSettings
+    lineage: LineageSettings
     sql: SqlSettings
     status: StatusSettings
     supervision: SupervisionSettings

@@ -26,6 +26,7 @@ from lakehouse.core.errors import explain, first_line
 from lakehouse.core.settings import Settings
 from lakehouse.graph.nodes import Graph, Node
 from lakehouse.observe import metrics, progress
+from lakehouse.observe.lineage import Assertion, Lineage
 from lakehouse.quality.store import new_run_id
 
 Status = Literal["success", "warn", "error", "skipped"]
@@ -45,6 +46,8 @@ class Done:
     quarantined: int | None = None
     """Rows a gated write kept out of its table."""
     message: str = ""
+    assertions: tuple[Assertion, ...] = ()
+    """A check's expectations with their outcomes, for its lineage events."""
 
 
 @dataclass
@@ -136,15 +139,16 @@ def walk(
     runner: Runner,
     invocation: Mapping[str, Any],
     manifest: Mapping[str, Any],
+    lineage: Lineage | None = None,
 ) -> list[NodeResult]:
     """Run `nodes` with `runner`, record each in the progress tables, then write
     run_results.json (with the command's `invocation`) and `manifest` (also when a node
-    raised: the results so far)."""
+    raised: the results so far). `lineage` hears of each node's start and end."""
     started, run_id = time.monotonic(), new_run_id()
     results: list[NodeResult] = []
     try:
         with runner:
-            results = execute(graph, nodes, runner)
+            results = execute(graph, nodes, observed(runner, lineage) if lineage else runner)
     finally:
         record_nodes(runner.spark, settings, results)
         folder = write_artifacts(
@@ -157,6 +161,25 @@ def walk(
         )
         echo(f"run results: {folder / 'run_results.json'}")
     return results
+
+
+def observed(run_node: Callable[[Node], Done], lineage: Lineage) -> Callable[[Node], Done]:
+    """`run_node`, telling `lineage` as each node starts and as it ends (FAIL for an error,
+    a raised one or a check's verdict)."""
+
+    def run(node: Node) -> Done:
+        run_id = lineage.start(node.name)
+        try:
+            done = run_node(node)
+        except Exception as failure:
+            lineage.end(node.name, run_id, failed=failure)
+            raise
+        failed = done.message or done.status if done.status == "error" else None
+        wrote = done.rows_written is None or done.rows_written > 0
+        lineage.end(node.name, run_id, failed, done.assertions, wrote)
+        return done
+
+    return run
 
 
 def tally(results: Sequence[NodeResult]) -> str:

@@ -83,7 +83,8 @@ SQL_EXTENSION_CLASS = "lakehouse.sql.ReadOnlyExtension"
 
 def sql_extension() -> Path:
     """The jar of the project's own JVM classes (`jvm/src`): the read-only guard of `lakehouse
-    sql` and the SQL server, silver's `JsonKeys`, and a probe of `benchmarks/silver.py`."""
+    sql` and the SQL server, silver's `JsonKeys`, gold's `ColumnLineage` for the lineage events,
+    and a probe of `benchmarks/silver.py`."""
     if not SQL_EXTENSION_JAR.exists():
         raise LakehouseError(f"{SQL_EXTENSION_JAR} is missing; run `make setup`")
     return SQL_EXTENSION_JAR
