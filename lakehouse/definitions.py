@@ -28,7 +28,7 @@ from lakehouse.graph.execute import Done, Status
 from lakehouse.graph.models import Model, ModelRun, declared_models, dependency_order
 from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
 from lakehouse.observe import lineage, progress
-from lakehouse.ops import compaction
+from lakehouse.ops import compaction, explain
 from lakehouse.ops.positions import Reader
 from lakehouse.ops.status import ChangeLog
 from lakehouse.quality import store
@@ -37,7 +37,7 @@ from lakehouse.runtime.streams import RunStats, Stream
 from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import lease
 from lakehouse.storage.model_runs import RUNS
-from silver import reconstruct, row_changes, violations
+from silver import reconstruct, row_changes, session_rows, sessions, state_transitions, violations
 
 STREAMS: dict[str, Stream] = {s.layer: s for s in (sensor_records.STREAM, reconstruct.STREAM)}
 """Every stream, by layer, as each layer's module declares it."""
@@ -55,6 +55,19 @@ CHANGE_LOG: ChangeLog = kafka_changes
 
 accept_kafka_change = sensor_records.accept_kafka_change
 """`lakehouse bronze accept-*`: accept a change in Kafka and commit the batch that skips it."""
+
+EXPLAINED = explain.Tables(
+    bronze=sensor_records.NAME,
+    bronze_quarantine=store.quarantine_table("bronze").name,
+    sessions=sessions.NAME,
+    transitions=state_transitions.NAME,
+    violations=violations.NAME,
+    row_changes=row_changes.NAME,
+    session_rows=session_rows.NAME,
+    model_runs=RUNS.name,
+    gold_results=store.results_table("gold").name,
+)
+"""What `lakehouse explain` reads of one session, layer by layer."""
 
 live_sessions = reconstruct.live_state
 """`lakehouse inspect`: one row per session held in the silver stream's state."""

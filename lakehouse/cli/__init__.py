@@ -7,7 +7,18 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lakehouse.cli import bronze, build, jobs, produce, quality, services, setup, sql, storage
+from lakehouse.cli import (
+    bronze,
+    build,
+    explain,
+    jobs,
+    produce,
+    quality,
+    services,
+    setup,
+    sql,
+    storage,
+)
 from lakehouse.core.errors import LakehouseError, SettingsError
 
 DESCRIPTION = """\
@@ -16,7 +27,7 @@ Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.
 Settings come from conf/base.yaml and conf/<target>.yaml; an environment variable
 LAKEHOUSE__<SECTION>__<KEY> overrides one key (e.g. LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS).
 """
-GROUPS = (setup, services, storage, produce, jobs, bronze, build, sql, quality)
+GROUPS = (setup, services, storage, produce, jobs, bronze, build, sql, quality, explain)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

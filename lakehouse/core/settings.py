@@ -230,6 +230,11 @@ class QualitySettings:
     def gx_dir(self) -> Path:
         return PROJECT_ROOT / self.local_dir
 
+    @property
+    def site_dir(self) -> Path:
+        """The report site: Great Expectations' Data Docs and the project's own pages."""
+        return self.gx_dir / "gx" / "uncommitted" / "data_docs" / "local_site"
+
 
 @dataclass(frozen=True)
 class CatalogSettings:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.report.data_docs import link_from_index
+from lakehouse.report.explain_page import INDEX as EXPLAINED
+from lakehouse.report.explain_page import write_explain_index
 
 PAGE = "tables.html"
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y = 210, 30, 60, 14
@@ -33,8 +35,11 @@ def write_tables_page(
         "<p>The pipeline as <code>lakehouse build</code> runs it: each node after the ones "
         "it depends on (streams blue, models green, checks yellow). Then every table: its "
         "grain, columns, suite, and what its latest check found.</p>"
+        f"<p><a href='{EXPLAINED}'>Explained sessions</a>: one session each, followed from "
+        "Kafka to gold (<code>lakehouse explain</code>).</p>"
         f"{graph_svg(nodes)}{''.join(sections)}"
     )
+    write_explain_index(site)
     page = site / PAGE
     page.write_text(
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Tables</title><style>"

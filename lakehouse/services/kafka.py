@@ -359,6 +359,46 @@ def record_times(
     return found
 
 
+def offsets_with_key(
+    settings: Settings,
+    topic: str,
+    partition: int,
+    first: int,
+    last: int,
+    key: bytes,
+    timeout_s: float = 30.0,
+) -> tuple[list[int], str]:
+    """The offsets from `first` to `last` of one partition whose record has `key`, as the
+    broker holds them now, and a note where it no longer holds all of the range."""
+    from confluent_kafka import TopicPartition
+
+    check_reachable(resolve_bootstrap(settings))
+    found: list[int] = []
+    with _reader(settings, "lakehouse-explain") as (consumer, refused, where):
+        _topics(consumer, refused, where)
+        earliest, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        start, stop = max(first, earliest), min(last, end - 1)
+        note = f"the broker no longer holds offsets before {earliest:,}" if earliest > first else ""
+        if start > stop:
+            return found, note
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            batch = consumer.consume(10_000, 1.0)
+            for record in batch:
+                if record.error():
+                    continue
+                if record.offset() > stop:
+                    return found, note
+                if record.key() == key:
+                    found.append(record.offset())
+            if batch and batch[-1].offset() >= stop:
+                return found, note
+    raise LakehouseError(
+        f"{topic}/{partition}: offsets {start:,}..{stop:,} not read within {timeout_s:.0f} s"
+    )
+
+
 @contextmanager
 def _reader(settings: Settings, group: str) -> Iterator[tuple[Any, list[str], str]]:
     """A consumer of the broker that never joins its group or commits, the refusals of its

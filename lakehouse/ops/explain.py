@@ -1,0 +1,529 @@
+"""`lakehouse explain SENSOR/SESSION`: one session's path through the layers, in one answer.
+
+Every row below bronze carries the Kafka record it comes from, and the graph declares each
+gold model's key and how input rows map to keys. So the question "where did this come from,
+and what happened to it on the way" has an answer the lake already holds:
+
+- **Kafka**: the session's records are in one partition of its sensor's topic (the session id
+  is the key), from the first offset silver saw to the last. The broker is read over that
+  range for the records keyed by the session, and bronze over the same range (its file
+  statistics on topic, partition and offset skip every other file): each offset must be in
+  bronze or its quarantine exactly once.
+- **silver**: the session's row, each state transition (where silver ran with `--trace`), each
+  violation with its reason and record, its rows now and the record each came from.
+- **gold**: every row the session contributes to, found by each model's own `changed_keys`
+  over the session's silver rows (a model reading another model gets the rows found for
+  that one), with the run that last wrote it (the gold table's change feed, matched to
+  `gold.model_runs`) and that run's gate results.
+
+Reads are by the session's key or its Kafka coordinates only; nothing scans a whole table
+that file statistics can bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.core.errors import LakehouseError, explain
+from lakehouse.core.settings import Settings
+from lakehouse.graph.models import Model
+from lakehouse.services import kafka
+from lakehouse.storage import delta
+
+LINEAGE = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The tables an explanation reads, by name (`definitions` names them)."""
+
+    bronze: str
+    bronze_quarantine: str
+    sessions: str
+    transitions: str
+    violations: str
+    row_changes: str
+    session_rows: str
+    model_runs: str
+    gold_results: str
+
+
+@dataclass
+class KafkaRecords:
+    """The session's records in one partition, and how bronze holds them."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    records: int
+    """Offsets in the range whose record is the session's (by key, or as silver read it)."""
+    first_timestamp: str | None
+    last_timestamp: str | None
+    in_bronze: int
+    in_quarantine: int
+    held_twice: list[int]
+    """Offsets bronze and its quarantine hold more than once: never, if exactly once holds."""
+    in_kafka: int | None
+    """The session's records the broker holds in the range; None where it was not read."""
+    missing: list[int]
+    """Offsets the broker holds for the session that neither bronze table does."""
+    kafka_note: str = ""
+
+    @property
+    def exactly_once(self) -> bool:
+        return not self.held_twice and not self.missing
+
+
+@dataclass
+class GoldRows:
+    model: str
+    key: list[str]
+    rows: list[dict[str, Any]]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    """The runs that last wrote these rows, each with its gate's results."""
+
+
+@dataclass
+class Explained:
+    sensor: str
+    session: str
+    session_row: dict[str, Any] | None
+    kafka: list[KafkaRecords]
+    transitions: list[dict[str, Any]] | None
+    """None: silver ran without `--trace` for this session."""
+    violations: list[dict[str, Any]]
+    changes_by_op: dict[str, int]
+    rows_now: int
+    rows: list[dict[str, Any]] | None
+    """The session's rows with the record each came from (`--rows`)."""
+    row_sources: dict[str, Any]
+    gold: list[GoldRows]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, with each Kafka range's verdict: what `--json` prints and the
+        report's page reads."""
+        found = asdict(self)
+        for entry, records in zip(found["kafka"], self.kafka, strict=True):
+            entry["exactly_once"] = records.exactly_once
+        return found
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def explain_session(
+    spark: SparkSession,
+    settings: Settings,
+    tables: Tables,
+    models: Sequence[Model],
+    sensor: str,
+    session: str,
+    with_rows: bool = False,
+) -> Explained:
+    """Everything the lake holds about `sensor`/`session`, read by its key and lineage."""
+    read = Lake(spark, settings)
+    mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
+    rows = read(tables.session_rows).where(mine)
+    # Each read is a small job on its own table: side by side, they wait on storage and
+    # the driver together rather than in turn.
+    reads: list[Callable[[], Any]] = [
+        lambda: read(tables.sessions).where(mine).collect(),
+        lambda: _rows(read(tables.violations).where(mine).drop("raw_value"), LINEAGE),
+        lambda: _rows(read(tables.transitions).where(mine), (*LINEAGE, "ordinal")),
+        lambda: (
+            read(tables.row_changes)
+            .where(mine)
+            .groupBy("op", "topic", "partition")
+            .agg(F.count(F.lit(1)), F.min("offset"), F.max("offset"))
+            .collect()
+        ),
+        lambda: rows.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("offset").alias("oldest_offset"),
+            F.max("offset").alias("newest_offset"),
+            F.countDistinct(*LINEAGE).alias("records"),
+        ).collect(),
+        lambda: _rows(rows, ("row_id",)) if with_rows else None,
+    ]
+    found, violations, transitions, changed, (sources,), listed = delta.side_by_side(reads)
+    session_row = found[0].asDict() if found else None
+    by_op: dict[str, int] = {}
+    for op, _, _, count, _, _ in changed:
+        by_op[op] = by_op.get(op, 0) + count
+    ends = [(t, p, offset) for _, t, p, _, first, last in changed for offset in (first, last)]
+    coordinates = _coordinates(session_row, violations, ends)
+    if session_row is None and not coordinates:
+        raise LakehouseError(
+            f"no session {sensor}/{session} in {tables.sessions}, {tables.violations} or "
+            f"{tables.row_changes}: is the sensor id the one its topic names?"
+        )
+    return Explained(
+        sensor,
+        session,
+        session_row,
+        [
+            _kafka_records(read, tables, session, topic, partition, bounds)
+            for (topic, partition), bounds in sorted(coordinates.items())
+        ],
+        transitions or None,
+        violations,
+        by_op,
+        sources["rows"],
+        listed,
+        {k: sources[k] for k in ("oldest_offset", "newest_offset", "records")},
+        _gold(read, tables, models, sensor, session),
+    )
+
+
+@dataclass(frozen=True)
+class Lake:
+    """The tables as an explanation reads them: by name, latest version."""
+
+    spark: SparkSession
+    settings: Settings
+
+    def __call__(self, name: str) -> DataFrame:
+        try:
+            return self.spark.read.format("delta").load(self.settings.storage.table_uri(name))
+        except Exception as error:
+            raise LakehouseError(f"cannot read {name}: {explain(error)}") from None
+
+    def changes(self, name: str, start: int) -> DataFrame:
+        """The changes of `name`'s change feed from version `start`."""
+        return (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start)
+            .load(self.settings.storage.table_uri(name))
+        )
+
+
+def session_of_record(
+    spark: SparkSession, settings: Settings, tables: Tables, topic: str, partition: int, offset: int
+) -> tuple[str, str, dict[str, Any]]:
+    """The (sensor, session) of one Kafka record as bronze holds it, and the record: the
+    session its key names in the sensor its topic names."""
+    read = Lake(spark, settings)
+    at = (F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset)
+    found = read(tables.bronze).where(at).drop("value").collect()
+    if not found:
+        raise LakehouseError(f"bronze holds no record {topic}/{partition}@{offset}")
+    record = found[0].asDict()
+    prefix = settings.kafka.topic_prefix
+    sensor = topic.split("~", 1)[0].removeprefix(prefix)
+    if record["key"] is None or not topic.startswith(prefix):
+        raise LakehouseError(
+            f"{topic}/{partition}@{offset} names no session (no key, or not a sensor's topic)"
+        )
+    return sensor, bytes(record["key"]).decode(errors="replace"), record
+
+
+def _rows(frame: DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
+    return [r.asDict() for r in frame.orderBy(*order).collect()]
+
+
+def _coordinates(
+    session: dict[str, Any] | None,
+    violations: list[dict[str, Any]],
+    changes: list[tuple[str, int, int]],
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (first, last) offset of the session's records as silver saw
+    them: its first and latest record, every violation, the bounds of its row changes."""
+    seen = [(v["topic"], v["partition"], v["offset"]) for v in violations] + changes
+    if session is not None:
+        seen.append((session["first_topic"], session["first_partition"], session["first_offset"]))
+        seen.append((session["topic"], session["partition"], session["offset"]))
+    bounds: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, partition, offset in seen:
+        if topic is None:
+            continue
+        first, last = bounds.get((topic, partition), (offset, offset))
+        bounds[(topic, partition)] = (min(first, offset), max(last, offset))
+    return bounds
+
+
+def _kafka_records(
+    read: Lake,
+    tables: Tables,
+    session: str,
+    topic: str,
+    partition: int,
+    bounds: tuple[int, int],
+) -> KafkaRecords:
+    first, last = bounds
+    in_range = (
+        (F.col("topic") == topic)
+        & (F.col("partition") == partition)
+        & F.col("offset").between(first, last)
+    )
+    key = F.col("key") == F.lit(session.encode())
+    bronze = read(tables.bronze).where(in_range)
+    kept = bronze.where(key).select("offset", "kafka_timestamp", F.lit("bronze").alias("held"))
+    quarantined = (
+        read(tables.bronze_quarantine)
+        .where(in_range & (F.col("table_name") == tables.bronze))
+        .select("offset", F.lit(None).cast("timestamp"), F.lit("quarantine"))
+    )
+
+    def in_broker() -> tuple[list[int] | None, str]:
+        try:
+            return kafka.offsets_with_key(
+                read.settings, topic, partition, first, last, session.encode()
+            )
+        except LakehouseError as error:
+            return None, f"not compared with Kafka: {error}"
+
+    both: list[Callable[[], Any]] = [lambda: kept.unionAll(quarantined).collect(), in_broker]
+    collected, (in_kafka, note) = delta.side_by_side(both)
+    held = [(r[0], r[1], r[2]) for r in collected]
+    offsets = [o for o, _, _ in held]
+    stamps = sorted(t for _, t, _ in held if t is not None)
+    ours = set(offsets) | set(in_kafka or ())
+    return KafkaRecords(
+        topic,
+        partition,
+        first,
+        last,
+        len(ours),
+        stamps[0].isoformat() if stamps else None,
+        stamps[-1].isoformat() if stamps else None,
+        sum(1 for _, _, h in held if h == "bronze"),
+        sum(1 for _, _, h in held if h == "quarantine"),
+        sorted({o for o in offsets if offsets.count(o) > 1}),
+        None if in_kafka is None else len(in_kafka),
+        sorted(set(in_kafka or ()) - set(offsets)),
+        note,
+    )
+
+
+def _gold(
+    read: Lake,
+    tables: Tables,
+    models: Sequence[Model],
+    sensor: str,
+    session: str,
+) -> list[GoldRows]:
+    """Each model's rows the session feeds: its keys from the session's silver rows (or the
+    rows found for the model it reads), then the run that last wrote them."""
+    found: dict[str, DataFrame] = {}
+    mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
+    explained = []
+    for model in models:
+        inputs = [found[name] if name in found else read(name).where(mine) for name in model.reads]
+        keys = model.changed_keys(*inputs).select(*model.key).distinct()
+        found[model.name] = read(model.name).join(keys, list(model.key), "left_semi").cache()
+        explained.append(GoldRows(model.name, list(model.key), _rows(found[model.name], model.key)))
+    fed = [(g, next(m for m in models if m.name == g.model)) for g in explained if g.rows]
+    calls: list[Callable[[], Any]] = [lambda: read(tables.model_runs).collect()]
+    calls += [partial(_last_commits, read, m, found[m.name], len(g.rows)) for g, m in fed]
+    runs, *commits = delta.side_by_side(calls)
+    windows = {
+        run.run_id: (run.started_at, run.started_at + timedelta(seconds=run.seconds + 1))
+        for run in runs
+    }
+    written = {
+        g.model: [
+            r for r in runs
+            if r.model == g.model and any(_within(t, windows[r.run_id]) for t in times)
+        ]
+        for (g, _), times in zip(fed, commits, strict=True)
+        if not isinstance(times, str)
+    }  # fmt: skip
+    gates = _gates(read, tables, [windows[r.run_id] for rs in written.values() for r in rs])
+    for (g, _), times in zip(fed, commits, strict=True):
+        if isinstance(times, str):
+            g.runs = [{"note": times}]
+            continue
+        g.runs = [
+            _run_entry(r, windows[r.run_id], [x for x in gates if x["table_name"] == g.model])
+            for r in sorted(written[g.model], key=lambda r: r.started_at)
+        ]
+    return explained
+
+
+def _run_entry(
+    run: Any, window: tuple[datetime, datetime], gates: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """A run of `gold.model_runs` with its gate's results (those validated while it ran)."""
+    return {
+        "run_id": run.run_id,
+        "mode": run.mode,
+        "started_at": run.started_at,
+        "rows_written": run.rows_written,
+        "gate": [
+            {k: v for k, v in gate.items() if k not in ("table_name", "validated_at")}
+            for gate in gates
+            if _within(gate["validated_at"], window)
+        ],
+    }
+
+
+def _last_commits(read: Lake, model: Model, rows: DataFrame, count: int) -> list[datetime] | str:
+    """When each of `rows` (`count` of them) was last written, as the model's change feed
+    says; read back from the latest version, over more versions until every row is found,
+    so that the cost follows the rows' age, not the table's history."""
+    latest = delta.latest(read.spark, read.settings.storage.table_uri(model.name)).version
+    span = 8
+    while True:
+        start = max(0, latest - span + 1)
+        try:
+            commits = (
+                read.changes(model.name, start)
+                .where(F.col("_change_type").isin("insert", "update_postimage"))
+                .join(rows.select(*model.key), list(model.key), "left_semi")
+                .groupBy(*model.key)
+                .agg(F.max("_commit_timestamp").alias("at"))
+                .collect()
+            )
+        except Exception as error:  # vacuumed files: Delta says "change data gone" its ways
+            return f"the change feed from version {start} is not readable: {explain(error)}"
+        if len(commits) >= count or start == 0:
+            return sorted({c.at for c in commits})
+        span *= 4
+
+
+def _gates(
+    read: Lake, tables: Tables, windows: Sequence[tuple[datetime, datetime]]
+) -> list[dict[str, Any]]:
+    """Gold's gate results validated within any of `windows` (the runs' times)."""
+    if not windows:
+        return []
+    within = F.lit(False)
+    for first, last in windows:
+        within = within | F.col("validated_at").between(first, last)
+    columns = ("table_name", "validated_at", "expectation", "severity", "success",
+               "unexpected_count")  # fmt: skip
+    return _rows(read(tables.gold_results).where(within).select(*columns), ("expectation",))
+
+
+def _within(moment: datetime, window: tuple[datetime, datetime]) -> bool:
+    return window[0] <= moment <= window[1]
+
+
+def text(explained: Explained) -> list[str]:
+    """The console's lines: what a person reads without knowing the lake."""
+    e, s = explained, explained.session_row or {}
+    lines = [
+        f"{e.sensor}/{e.session}: " + (
+            f"{s['status']}, {s['records']:,} records, {e.rows_now:,} rows now"
+            if s else "not in silver.sessions (only its rejected records are)"
+        ),
+        "",
+        "Kafka (what the sensor sent) and bronze (what the lake took in):",
+    ]  # fmt: skip
+    for k in e.kafka:
+        lines.append(
+            f"  {k.topic} partition {k.partition}, offsets {k.first_offset:,}..{k.last_offset:,}: "
+            f"{k.records:,} records of the session, {_when(k.first_timestamp)} .. "
+            f"{_when(k.last_timestamp)}"
+        )
+        verdict = "exactly once" if k.exactly_once else "NOT exactly once"
+        lines.append(
+            f"  bronze holds them {verdict}: {k.in_bronze:,} in bronze.sensor_records, "
+            f"{k.in_quarantine:,} in bronze.quarantine"
+            + (f"; the broker holds {k.in_kafka:,}" if k.in_kafka is not None else "")
+        )
+        if k.held_twice:
+            lines.append(f"  held more than once: offsets {_list(k.held_twice)}")
+        if k.missing:
+            lines.append(f"  in Kafka, not in bronze: offsets {_list(k.missing)}")
+        if k.kafka_note:
+            lines.append(f"  {k.kafka_note}")
+    lines += ["", "silver (the session rebuilt, record by record):"]
+    if s:
+        lines.append(
+            f"  {s['status']}; seq {s['first_seq']}..{s['last_seq']}; {s['records']:,} records: "
+            f"{s['snapshots']:,} snapshots, {s['updates']:,} updates, {s['rejected']:,} rejected, "
+            f"{s['gaps']:,} gaps; {_when(s['first_event_time'])} .. {_when(s['last_event_time'])}"
+        )
+    if e.transitions is None:
+        lines.append(
+            "  state transitions: not recorded (silver ran without --trace for this session); "
+            "the row changes and violations below say what each record did"
+        )
+    else:
+        lines.append(f"  state transitions ({len(e.transitions)}):")
+        lines += [
+            f"    seq {t['seq']} {t['action']} ({_at(t)}): {t['before']} -> {t['after']}"
+            for t in e.transitions
+        ]
+    ops = ", ".join(f"{op} {n:,}" for op, n in sorted(e.changes_by_op.items()))
+    lines.append(f"  row changes: {ops or 'none'}")
+    lines.append(f"  violations ({len(e.violations)}):")
+    lines += [
+        f"    {v['reason']} ({_at(v)}): expected seq {v['expected_seq']}, found {v['found_seq']}"
+        + (f"; {v['detail']}" if v["detail"] else "")
+        for v in e.violations
+    ]
+    src = e.row_sources
+    lines.append(
+        f"  rows now: {e.rows_now:,}"
+        + (
+            f", from {src['records']:,} records (offsets {src['oldest_offset']:,}.."
+            f"{src['newest_offset']:,})"
+            if e.rows_now
+            else ""
+        )
+    )
+    for row in e.rows or ():
+        values = {k: v for k, v in row.items() if k not in (*LINEAGE, "sensor_id", "session_id")}
+        lines.append(f"    {_short(values)} <- {_at(row)}")
+    lines += ["", "gold (every row the session feeds):"]
+    for g in e.gold:
+        lines.append(f"  {g.model}: {len(g.rows):,} rows")
+        for row in g.rows[:10]:
+            lines.append(f"    {_short({k: row[k] for k in g.key})}")
+        if len(g.rows) > 10:
+            lines.append(f"    ... and {len(g.rows) - 10:,} more (--json lists them all)")
+        for run in g.runs:
+            if "note" in run:
+                lines.append(f"    last written: unknown ({run['note']})")
+                continue
+            gate = run["gate"]
+            passed = sum(1 for r in gate if r["success"])
+            lines.append(
+                f"    last written by run {run['run_id']} ({run['mode']}, "
+                f"{_when(run['started_at'])}); its gate: {passed}/{len(gate)} passed"
+            )
+            lines += [
+                f"      FAILED {r['expectation']} ({r['severity']}): unexpected "
+                f"{r['unexpected_count']}"
+                for r in gate
+                if not r["success"]
+            ]
+    return lines
+
+
+def _at(row: Mapping[str, Any]) -> str:
+    """A record's Kafka coordinates: `topic/partition@offset`."""
+    return f"{row['topic']}/{row['partition']}@{row['offset']:,}"
+
+
+def _list(offsets: Sequence[int], at_most: int = 10) -> str:
+    shown = ", ".join(f"{o:,}" for o in offsets[:at_most])
+    return shown + (f" and {len(offsets) - at_most:,} more" if len(offsets) > at_most else "")
+
+
+def _when(value: datetime | str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def _short(value: Mapping[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={_when(v) if isinstance(v, datetime) else v}"
+        for k, v in value.items()
+        if v is not None
+    )
