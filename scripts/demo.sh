@@ -71,6 +71,11 @@ step "the violations silver found, by reason (each injected fault under its own)
 $lakehouse sql "SELECT reason, count(*) AS violations, count(DISTINCT sensor_id) AS sensors
                 FROM silver.violations GROUP BY reason ORDER BY violations DESC"
 
+step "explain one session the faults hit: its records in Kafka and bronze, silver's view, its gold rows"
+session=$($lakehouse sql "SELECT concat(sensor_id, '/', session_id) AS session FROM silver.sessions
+                          WHERE gaps > 0 ORDER BY sensor_id, session_id LIMIT 1" --format csv | tail -1)
+$lakehouse explain "$session" || echo "(explain exit $?: see above)"
+
 step "data-quality report: a summary, the Data Docs site, and a copy published to S3"
 $lakehouse s3 start --bucket reports
 $lakehouse report --publish s3://reports/data-docs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any
 
 from lakehouse.cli.context import spark_for
@@ -50,18 +51,24 @@ def run_explain(args: argparse.Namespace) -> int:
     for named in args.sessions:
         if "/" not in named:
             raise LakehouseError(f"{named!r}: expected SENSOR/SESSION, e.g. sensor-001/abc")
-    settings, spark = spark_for(args, "explain")
+    settings, spark = spark_for(args, "explain", explain.INTERPRETED_PLANS)
     sessions = [tuple(s.split("/", 1)) for s in args.sessions]
     if not sessions:
         sensor, session, _ = explain.session_of_record(spark, settings, pipeline.EXPLAINED, *record)
-        echo(f"{args.topic}/{args.partition}@{args.offset} is a record of {sensor}/{session}")
-        sessions = [(sensor, session)]
-    found = [
-        explain.explain_session(
-            spark, settings, pipeline.EXPLAINED, pipeline.MODELS, sensor, session, args.rows
+        echo(
+            f"{args.topic}/{args.partition}@{args.offset} is a record of {sensor}/{session}",
+            err=True,
         )
-        for sensor, session in sessions
-    ]
+        sessions = [(sensor, session)]
+    found = []
+    for sensor, session in sessions:
+        began = time.monotonic()
+        found.append(
+            explain.explain_session(
+                spark, settings, pipeline.EXPLAINED, pipeline.MODELS, sensor, session, args.rows
+            )
+        )
+        echo(f"explained {sensor}/{session} in {time.monotonic() - began:.1f}s", err=True)
     pages = [write_explain_page(settings.quality.site_dir, e.to_dict()) for e in found]
     if args.json:
         print(json.dumps([e.to_dict() for e in found], indent=2, default=str))

@@ -39,6 +39,12 @@ from lakehouse.services import kafka
 from lakehouse.storage import delta
 
 LINEAGE = ("topic", "partition", "offset")
+INTERPRETED_PLANS = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+"""Spark settings of the command: it runs some twenty small queries once each, where
+compiling a plan's classes costs more than running it (docs/benchmarks.md, explain)."""
 
 
 @dataclass(frozen=True)
