@@ -51,7 +51,7 @@ def run_explain(args: argparse.Namespace) -> int:
     for named in args.sessions:
         if "/" not in named:
             raise LakehouseError(f"{named!r}: expected SENSOR/SESSION, e.g. sensor-001/abc")
-    settings, spark = spark_for(args, "explain", explain.INTERPRETED_PLANS)
+    settings, spark = spark_for(args, "explain", explain.SHORT_RUN)
     sessions = [tuple(s.split("/", 1)) for s in args.sessions]
     if not sessions:
         sensor, session, _ = explain.session_of_record(spark, settings, pipeline.EXPLAINED, *record)

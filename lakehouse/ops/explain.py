@@ -22,10 +22,11 @@ that file statistics can bound.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -39,12 +40,16 @@ from lakehouse.services import kafka
 from lakehouse.storage import delta
 
 LINEAGE = ("topic", "partition", "offset")
-INTERPRETED_PLANS = {
+SHOWN = 20
+"""Violations and gold rows the console lists of a session; `--json` has them all."""
+SHORT_RUN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
 }
-"""Spark settings of the command: it runs some twenty small queries once each, where
-compiling a plan's classes costs more than running it (docs/benchmarks.md, explain)."""
+"""Spark settings of the command, which runs some twenty small queries once each and ends:
+Spark interprets their plans rather than compiling classes for each, and the JVM compiles
+with C1 alone, whose code is ready sooner than C2's (docs/benchmarks.md, explain)."""
 
 
 @dataclass(frozen=True)
@@ -172,21 +177,28 @@ def explain_session(
             f"no session {sensor}/{session} in {tables.sessions}, {tables.violations} or "
             f"{tables.row_changes}: is the sensor id the one its topic names?"
         )
+    # Kafka's side and gold's are independent: the one waits on the broker, the other on
+    # gold's tables.
+    layers: list[Callable[[], Any]] = [
+        lambda: [
+            _kafka_records(read, tables, session, topic, partition, bounds)
+            for (topic, partition), bounds in sorted(coordinates.items())
+        ],
+        lambda: _gold(read, tables, models, sensor, session),
+    ]
+    kafka_records, gold = delta.side_by_side(layers)
     return Explained(
         sensor,
         session,
         session_row,
-        [
-            _kafka_records(read, tables, session, topic, partition, bounds)
-            for (topic, partition), bounds in sorted(coordinates.items())
-        ],
+        kafka_records,
         transitions or None,
         violations,
         by_op,
         sources["rows"],
         listed,
         {k: sources[k] for k in ("oldest_offset", "newest_offset", "records")},
-        _gold(read, tables, models, sensor, session),
+        gold,
     )
 
 
@@ -265,50 +277,87 @@ def _kafka_records(
     partition: int,
     bounds: tuple[int, int],
 ) -> KafkaRecords:
+    """The session's records in one partition's range, as bronze, its quarantine and the
+    broker hold them. A record is the session's if its key is the session id, or, having
+    no key, if its value names the session (as a sensor's keyless record still does)."""
     first, last = bounds
     in_range = (
         (F.col("topic") == topic)
         & (F.col("partition") == partition)
         & F.col("offset").between(first, last)
     )
-    key = F.col("key") == F.lit(session.encode())
-    bronze = read(tables.bronze).where(in_range)
-    kept = bronze.where(key).select("offset", "kafka_timestamp", F.lit("bronze").alias("held"))
-    quarantined = (
-        read(tables.bronze_quarantine)
-        .where(in_range & (F.col("table_name") == tables.bronze))
-        .select("offset", F.lit(None).cast("timestamp"), F.lit("quarantine"))
+    keyed = (F.col("key") == F.lit(session.encode())) | F.col("key").isNull()
+    kept = read(tables.bronze).where(in_range & keyed).select("offset", "key", "value",
+                                                              "kafka_timestamp")  # fmt: skip
+    quarantined = read(tables.bronze_quarantine).where(
+        in_range & (F.col("table_name") == tables.bronze)
     )
+
+    def names(key: bytes | None, value: bytes | None) -> bool:
+        return names_session(key, value, session)
 
     def in_broker() -> tuple[list[int] | None, str]:
         try:
-            return kafka.offsets_with_key(
-                read.settings, topic, partition, first, last, session.encode()
-            )
+            return kafka.offsets_naming(read.settings, topic, partition, first, last, names)
         except LakehouseError as error:
             return None, f"not compared with Kafka: {error}"
 
-    both: list[Callable[[], Any]] = [lambda: kept.unionAll(quarantined).collect(), in_broker]
-    collected, (in_kafka, note) = delta.side_by_side(both)
-    held = [(r[0], r[1], r[2]) for r in collected]
-    offsets = [o for o, _, _ in held]
-    stamps = sorted(t for _, t, _ in held if t is not None)
-    ours = set(offsets) | set(in_kafka or ())
+    reads: list[Callable[[], Any]] = [
+        lambda: [(r.offset, r.kafka_timestamp) for r in kept.collect() if names(r.key, r.value)],
+        lambda: [
+            (r.offset, _quarantined_time(r.row_json))
+            for r in quarantined.select("offset", "row_json").collect()
+            if names(*_key_and_value(r.row_json))
+        ],
+        in_broker,
+    ]
+    in_bronze, in_quarantine, (in_kafka, note) = delta.side_by_side(reads)
+    # A record a suite caught twice (two expectations) is one record quarantined.
+    in_quarantine = sorted(set(in_quarantine))
+    offsets = [o for o, _ in in_bronze] + [o for o, _ in in_quarantine]
+    stamps = sorted(t for _, t in in_bronze + in_quarantine if t is not None)
     return KafkaRecords(
         topic,
         partition,
         first,
         last,
-        len(ours),
+        len(set(offsets) | set(in_kafka or ())),
         stamps[0].isoformat() if stamps else None,
         stamps[-1].isoformat() if stamps else None,
-        sum(1 for _, _, h in held if h == "bronze"),
-        sum(1 for _, _, h in held if h == "quarantine"),
+        len(in_bronze),
+        len(in_quarantine),
         sorted({o for o in offsets if offsets.count(o) > 1}),
         None if in_kafka is None else len(in_kafka),
         sorted(set(in_kafka or ()) - set(offsets)),
         note,
     )
+
+
+def names_session(key: bytes | None, value: bytes | None, session: str) -> bool:
+    """Whether a Kafka record is the session's: by its key, or by its value without one."""
+    if key is not None:
+        return bytes(key) == session.encode()
+    try:
+        body = json.loads(bytes(value or b""))
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("session_id") == session
+
+
+def _key_and_value(row_json: str) -> tuple[bytes | None, bytes | None]:
+    """A quarantined bronze row's key and value (binary columns are base64 in its JSON)."""
+    row = json.loads(row_json)
+    return tuple(  # type: ignore[return-value]
+        None if row.get(c) is None else base64.b64decode(row[c]) for c in ("key", "value")
+    )
+
+
+def _quarantined_time(row_json: str) -> datetime | None:
+    """Its Kafka timestamp, in UTC without a zone, as Spark gives bronze's."""
+    stamp = json.loads(row_json).get("kafka_timestamp")
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp).astimezone(UTC).replace(tzinfo=None)
 
 
 def _gold(
@@ -468,8 +517,10 @@ def text(explained: Explained) -> list[str]:
     lines += [
         f"    {v['reason']} ({_at(v)}): expected seq {v['expected_seq']}, found {v['found_seq']}"
         + (f"; {v['detail']}" if v["detail"] else "")
-        for v in e.violations
+        for v in e.violations[:SHOWN]
     ]
+    if len(e.violations) > SHOWN:
+        lines.append(f"    ... and {len(e.violations) - SHOWN:,} more (--json lists them all)")
     src = e.row_sources
     lines.append(
         f"  rows now: {e.rows_now:,}"
@@ -486,10 +537,10 @@ def text(explained: Explained) -> list[str]:
     lines += ["", "gold (every row the session feeds):"]
     for g in e.gold:
         lines.append(f"  {g.model}: {len(g.rows):,} rows")
-        for row in g.rows[:10]:
+        for row in g.rows[:SHOWN]:
             lines.append(f"    {_short({k: row[k] for k in g.key})}")
-        if len(g.rows) > 10:
-            lines.append(f"    ... and {len(g.rows) - 10:,} more (--json lists them all)")
+        if len(g.rows) > SHOWN:
+            lines.append(f"    ... and {len(g.rows) - SHOWN:,} more (--json lists them all)")
         for run in g.runs:
             if "note" in run:
                 lines.append(f"    last written: unknown ({run['note']})")

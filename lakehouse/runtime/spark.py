@@ -55,6 +55,9 @@ def secret(key: str, value: str) -> bool:
     return bool(SECRET.search(key) or _SECRET_IN_VALUE.search(value))
 
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
 def build_spark(
     settings: Settings, app_name: str | None = None, extra: dict[str, str] | None = None
 ) -> SparkSession:
@@ -66,7 +69,7 @@ def build_spark(
     conf = {
         "spark.jars": ",".join(str(j) for j in (*jars.jars("spark"), jars.sql_extension())),
         "spark.driver.memory": spark_settings.driver_memory,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
+        DRIVER_JAVA_OPTIONS: f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
         f"-D{TRACE_FILE}={log}",
         TRACE_FILE: str(log),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -98,9 +101,12 @@ def build_spark(
     }
     for more in (catalog_conf(settings), s3a_conf(settings), spark_settings.conf, extra or {}):
         for key, value in more.items():
-            # Class paths add up: the metastore's driver and a command's own jars.
+            # Class paths add up (the metastore's driver and a command's own jars), and so
+            # do the driver JVM's options (a command's own beside the log's).
             if key == CLASS_PATH and key in conf:
                 value = f"{conf[key]}{os.pathsep}{value}"
+            elif key == DRIVER_JAVA_OPTIONS and key in conf:
+                value = f"{conf[key]} {value}"
             conf[key] = value
     master = spark_settings.master
     if master == EMBEDDED:

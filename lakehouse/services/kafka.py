@@ -15,7 +15,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -359,17 +359,18 @@ def record_times(
     return found
 
 
-def offsets_with_key(
+def offsets_naming(
     settings: Settings,
     topic: str,
     partition: int,
     first: int,
     last: int,
-    key: bytes,
+    names: Callable[[bytes | None, bytes | None], bool],
     timeout_s: float = 30.0,
 ) -> tuple[list[int], str]:
-    """The offsets from `first` to `last` of one partition whose record has `key`, as the
-    broker holds them now, and a note where it no longer holds all of the range."""
+    """The offsets from `first` to `last` of one partition whose record `names` accepts (by
+    its key and value), as the broker holds them now, and a note where it no longer holds
+    all of the range."""
     from confluent_kafka import TopicPartition
 
     check_reachable(resolve_bootstrap(settings))
@@ -390,7 +391,7 @@ def offsets_with_key(
                     continue
                 if record.offset() > stop:
                     return found, note
-                if record.key() == key:
+                if names(record.key(), record.value()):
                     found.append(record.offset())
             if batch and batch[-1].offset() >= stop:
                 return found, note
