@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from lakehouse.core.settings import Settings
     from lakehouse.definitions import NodeRunner
     from lakehouse.graph.nodes import Graph, Node
+    from lakehouse.observe.lineage import Lineage
 
 
 def add_commands(commands: Any) -> None:
@@ -197,11 +198,15 @@ def run_all_continuously(
     args: argparse.Namespace,
 ) -> None:
     """The streams side by side and gold on its schedule, supervised, until stopped."""
+    from lakehouse import definitions as pipeline
     from lakehouse.graph.nodes import select
     from lakehouse.runtime.supervise import run_all
 
+    # Each run of a stream (and each restart) tells OpenLineage, as a walk's nodes do.
+    manifest = pipeline.manifest(settings, graph)
+    lineage = pipeline.walk_lineage(spark, settings, manifest, args.command)
     streams = {
-        node.name: partial(_run_stream, settings, node, trace)
+        node.name: partial(_run_stream, settings, node, trace, lineage)
         for node in select(graph, ["bronze", "silver"])
     }
     echo(
@@ -216,12 +221,15 @@ def _run_stream(
     settings: Settings,
     node: Node,
     trace: frozenset[str] | None,
+    lineage: Lineage | None,
     session: SparkSession,
     stop: threading.Event,
 ) -> None:
     from lakehouse import definitions as pipeline
+    from lakehouse.graph.execute import observed
 
-    pipeline.NodeRunner(session, settings, True, trace, stop=stop)(node)
+    runner = pipeline.NodeRunner(session, settings, True, trace, stop=stop)
+    (observed(runner, lineage) if lineage else runner)(node)
 
 
 def _run_gold(

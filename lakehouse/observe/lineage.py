@@ -22,6 +22,7 @@ describes the pipeline, it is not part of its answer.
 from __future__ import annotations
 
 import json
+import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -237,6 +238,9 @@ class Lineage:
         self.client = OpenLineageClient(transport=_transport(settings, state_dir))
         self._kafka, self._column_sources = kafka, column_sources
         self._gone = False
+        # Streams of one application send from threads of their own: one event at a time,
+        # so that a file's lines never interleave.
+        self._sending = threading.Lock()
 
     def start(self, node: str) -> str:
         """Send START for a run of `node`; its run id."""
@@ -267,8 +271,11 @@ class Lineage:
         self._send(RunState.FAIL, node, run_id, assertions=assertions, error=failed, stack=stack)
 
     def _send(self, state: RunState, node: str, run_id: str, **facts: Any) -> None:
-        if self._gone:
-            return
+        with self._sending:
+            if not self._gone:
+                self._emit(state, node, run_id, **facts)
+
+    def _emit(self, state: RunState, node: str, run_id: str, **facts: Any) -> None:
         try:
             reads_kafka = KAFKA in self.manifest["nodes"][node]["reads"]
             event = node_event(

@@ -21,6 +21,7 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
 from lakehouse.graph.models import run_models
+from lakehouse.observe import lineage
 from lakehouse.ops.producer import produce
 from lakehouse.services.kafka import EmbeddedKafka
 from silver import reconstruct
@@ -196,6 +197,15 @@ def test_a_fail_expectation_stops_every_part_with_its_line(
     progress = spark.read.format("delta").load(settings.storage.table_uri("ops.silver_progress"))
     (event,) = progress.where("status = 'error'").collect()
     assert event.batch_id is None and "no_sensor_9" in event.message
+    # and OpenLineage heard it: silver's run FAILED with the expectation, bronze's completed
+    ended = {
+        e["job"]["name"]: e
+        for e in lineage.read_events(settings.storage.local_state_dir)
+        if e["eventType"] != "START" and e["job"]["name"] in ("bronze", "silver")
+    }
+    assert ended["bronze"]["eventType"] == "COMPLETE"
+    assert ended["silver"]["eventType"] == "FAIL"
+    assert "no_sensor_9" in ended["silver"]["run"]["facets"]["errorMessage"]["message"]
 
 
 def test_parts_starting_side_by_side_on_new_lakes_never_race_on_the_catalog(
