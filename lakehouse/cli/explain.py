@@ -54,7 +54,7 @@ def run_explain(args: argparse.Namespace) -> int:
     settings, spark = spark_for(args, "explain", explain.SHORT_RUN)
     sessions = [tuple(s.split("/", 1)) for s in args.sessions]
     if not sessions:
-        sensor, session, _ = explain.session_of_record(spark, settings, pipeline.EXPLAINED, *record)
+        sensor, session = explain.session_of_record(spark, settings, pipeline.EXPLAINED, *record)
         echo(
             f"{args.topic}/{args.partition}@{args.offset} is a record of {sensor}/{session}",
             err=True,

@@ -174,7 +174,7 @@ def observed(run_node: Callable[[Node], Done], lineage: Lineage) -> Callable[[No
         except Exception as failure:
             lineage.end(node.name, run_id, failed=failure)
             raise
-        failed = done.message or done.status if done.status == "error" else None
+        failed = (done.message or done.status) if done.status == "error" else None
         wrote = done.rows_written is None or done.rows_written > 0
         lineage.end(node.name, run_id, failed, done.assertions, wrote)
         return done

@@ -66,6 +66,11 @@ EVENTS_FILE = Path("lineage") / "events.jsonl"
 KAFKA = "kafka"
 """What a stream that reads Kafka names as its input in the manifest."""
 
+_SENDING = threading.Lock()
+"""One event at a time in this process: the streams of `run all` and gold's walks send from
+threads of their own, each walk with a lineage of its own, and a file's lines must not
+interleave."""
+
 ColumnSources = Mapping[str, Sequence[tuple[str, str]]]
 """Per output column, the (table, column) pairs its values are computed from."""
 
@@ -238,9 +243,6 @@ class Lineage:
         self.client = OpenLineageClient(transport=_transport(settings, state_dir))
         self._kafka, self._column_sources = kafka, column_sources
         self._gone = False
-        # Streams of one application send from threads of their own: one event at a time,
-        # so that a file's lines never interleave.
-        self._sending = threading.Lock()
 
     def start(self, node: str) -> str:
         """Send START for a run of `node`; its run id."""
@@ -260,9 +262,7 @@ class Lineage:
         lineage goes with a run that `wrote` rows: one that found nothing to do (a model
         over unchanged inputs) changed no column, and skips the plan's analysis."""
         if failed is None:
-            sources = self._column_sources(node) if self._column_sources and wrote else None
-            self._send(RunState.COMPLETE, node, run_id, column_sources=sources,
-                       assertions=assertions)  # fmt: skip
+            self._send(RunState.COMPLETE, node, run_id, assertions=assertions, wrote=wrote)
             return
         stack = None
         if isinstance(failed, BaseException):
@@ -271,12 +271,16 @@ class Lineage:
         self._send(RunState.FAIL, node, run_id, assertions=assertions, error=failed, stack=stack)
 
     def _send(self, state: RunState, node: str, run_id: str, **facts: Any) -> None:
-        with self._sending:
+        with _SENDING:
             if not self._gone:
                 self._emit(state, node, run_id, **facts)
 
-    def _emit(self, state: RunState, node: str, run_id: str, **facts: Any) -> None:
+    def _emit(
+        self, state: RunState, node: str, run_id: str, wrote: bool = False, **facts: Any
+    ) -> None:
         try:
+            if wrote and self._column_sources:  # a plan that will not analyse is lineage's
+                facts["column_sources"] = self._column_sources(node)
             reads_kafka = KAFKA in self.manifest["nodes"][node]["reads"]
             event = node_event(
                 state,

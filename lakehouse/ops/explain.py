@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -40,6 +42,8 @@ from lakehouse.services import kafka
 from lakehouse.storage import delta
 
 LINEAGE = ("topic", "partition", "offset")
+INCARNATION = "~"
+"""Bronze's topic `TOPIC~N`: the N-th incarnation of a topic deleted and made again."""
 SHOWN = 20
 """Violations and gold rows the console lists of a session; `--json` has them all."""
 SHORT_RUN = {
@@ -91,6 +95,7 @@ class KafkaRecords:
 
     @property
     def exactly_once(self) -> bool:
+        """No record held twice, and none the broker holds missing (where it was read)."""
         return not self.held_twice and not self.missing
 
 
@@ -227,22 +232,30 @@ class Lake:
 
 def session_of_record(
     spark: SparkSession, settings: Settings, tables: Tables, topic: str, partition: int, offset: int
-) -> tuple[str, str, dict[str, Any]]:
-    """The (sensor, session) of one Kafka record as bronze holds it, and the record: the
-    session its key names in the sensor its topic names."""
+) -> tuple[str, str]:
+    """The (sensor, session) of one Kafka record, as silver reads it: the sensor its topic
+    names, the session id its value names. Looked up in bronze, then in its quarantine."""
     read = Lake(spark, settings)
     at = (F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset)
-    found = read(tables.bronze).where(at).drop("value").collect()
-    if not found:
-        raise LakehouseError(f"bronze holds no record {topic}/{partition}@{offset}")
-    record = found[0].asDict()
-    prefix = settings.kafka.topic_prefix
-    sensor = topic.split("~", 1)[0].removeprefix(prefix)
-    if record["key"] is None or not topic.startswith(prefix):
+    kept = read(tables.bronze).where(at).select("value").collect()
+    if kept:
+        value = kept[0].value
+    else:
+        caught = read(tables.bronze_quarantine).where(at & (F.col("table_name") == tables.bronze))
+        rows = caught.select("row_json").collect()
+        if not rows:
+            raise LakehouseError(
+                f"neither bronze nor its quarantine holds {topic}/{partition}@{offset}"
+            )
+        value = _key_and_value(rows[0].row_json)[1]
+    session = session_named(value)
+    if session is None:
         raise LakehouseError(
-            f"{topic}/{partition}@{offset} names no session (no key, or not a sensor's topic)"
+            f"{topic}/{partition}@{offset} names no session: its value is not a JSON object "
+            "with a session_id"
         )
-    return sensor, bytes(record["key"]).decode(errors="replace"), record
+    sensor = re.sub(r"~[0-9]+$", "", topic).removeprefix(settings.kafka.topic_prefix)
+    return sensor, session
 
 
 def _rows(frame: DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
@@ -278,44 +291,49 @@ def _kafka_records(
     bounds: tuple[int, int],
 ) -> KafkaRecords:
     """The session's records in one partition's range, as bronze, its quarantine and the
-    broker hold them. A record is the session's if its key is the session id, or, having
-    no key, if its value names the session (as a sensor's keyless record still does)."""
+    broker hold them. A record is the session's by the session id its value names, as
+    silver reads it (a record's key does not decide; a value that is not JSON names none)."""
     first, last = bounds
     in_range = (
         (F.col("topic") == topic)
         & (F.col("partition") == partition)
         & F.col("offset").between(first, last)
     )
-    keyed = (F.col("key") == F.lit(session.encode())) | F.col("key").isNull()
-    kept = read(tables.bronze).where(in_range & keyed).select("offset", "key", "value",
-                                                              "kafka_timestamp")  # fmt: skip
+    named = F.get_json_object(F.col("value").cast("string"), "$.session_id") == F.lit(session)
+    kept = read(tables.bronze).where(in_range & named).select("offset", "kafka_timestamp")
     quarantined = read(tables.bronze_quarantine).where(
         in_range & (F.col("table_name") == tables.bronze)
     )
 
-    def names(key: bytes | None, value: bytes | None) -> bool:
-        return names_session(key, value, session)
+    def ours(_: bytes | None, value: bytes | None) -> bool:
+        return session_named(value) == session
 
     def in_broker() -> tuple[list[int] | None, str]:
+        if INCARNATION in topic:  # bronze's name for a topic deleted and made again
+            return None, f"not compared with Kafka: {topic} is an incarnation of a remade topic"
         try:
-            return kafka.offsets_naming(read.settings, topic, partition, first, last, names)
-        except LakehouseError as error:
-            return None, f"not compared with Kafka: {error}"
+            return kafka.offsets_naming(read.settings, topic, partition, first, last, ours)
+        except Exception as error:  # the answer is bronze's then, said so in a line
+            return None, f"not compared with Kafka: {explain(error)}"
 
     reads: list[Callable[[], Any]] = [
-        lambda: [(r.offset, r.kafka_timestamp) for r in kept.collect() if names(r.key, r.value)],
+        lambda: [(r.offset, r.kafka_timestamp) for r in kept.collect()],
         lambda: [
-            (r.offset, _quarantined_time(r.row_json))
-            for r in quarantined.select("offset", "row_json").collect()
-            if names(*_key_and_value(r.row_json))
+            (r.offset, r.batch_id, _quarantined_time(r.row_json))
+            for r in quarantined.select("offset", "batch_id", "row_json").collect()
+            if ours(*_key_and_value(r.row_json))
         ],
         in_broker,
     ]
-    in_bronze, in_quarantine, (in_kafka, note) = delta.side_by_side(reads)
-    # A record a suite caught twice (two expectations) is one record quarantined.
-    in_quarantine = sorted(set(in_quarantine))
-    offsets = [o for o, _ in in_bronze] + [o for o, _ in in_quarantine]
-    stamps = sorted(t for _, t in in_bronze + in_quarantine if t is not None)
+    in_bronze, caught, (in_kafka, note) = delta.side_by_side(reads)
+    # One record caught by two expectations in one batch is one record quarantined; the
+    # same record in two batches is a record held twice.
+    in_quarantine = {(offset, batch): at for offset, batch, at in caught}
+    offsets = Counter([o for o, _ in in_bronze] + [o for o, _ in in_quarantine])
+    stamps = sorted(
+        [t for _, t in in_bronze if t is not None]
+        + [t for t in in_quarantine.values() if t is not None]
+    )
     return KafkaRecords(
         topic,
         partition,
@@ -326,22 +344,21 @@ def _kafka_records(
         stamps[-1].isoformat() if stamps else None,
         len(in_bronze),
         len(in_quarantine),
-        sorted({o for o in offsets if offsets.count(o) > 1}),
+        sorted(o for o, n in offsets.items() if n > 1),
         None if in_kafka is None else len(in_kafka),
         sorted(set(in_kafka or ()) - set(offsets)),
         note,
     )
 
 
-def names_session(key: bytes | None, value: bytes | None, session: str) -> bool:
-    """Whether a Kafka record is the session's: by its key, or by its value without one."""
-    if key is not None:
-        return bytes(key) == session.encode()
+def session_named(value: bytes | None) -> str | None:
+    """The session id a record's value names, as silver reads it; None if it names none."""
     try:
         body = json.loads(bytes(value or b""))
     except ValueError:
-        return False
-    return isinstance(body, dict) and body.get("session_id") == session
+        return None
+    named = body.get("session_id") if isinstance(body, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def _key_and_value(row_json: str) -> tuple[bytes | None, bytes | None]:
@@ -381,27 +398,39 @@ def _gold(
     calls: list[Callable[[], Any]] = [lambda: read(tables.model_runs).collect()]
     calls += [partial(_last_commits, read, m, found[m.name], len(g.rows)) for g, m in fed]
     runs, *commits = delta.side_by_side(calls)
+    # Delta's commit time may be cut to the second (object stores): a second either side.
     windows = {
-        run.run_id: (run.started_at, run.started_at + timedelta(seconds=run.seconds + 1))
-        for run in runs
+        (r.run_id, r.model): (
+            r.started_at - timedelta(seconds=1),
+            r.started_at + timedelta(seconds=r.seconds + 1),
+        )
+        for r in runs
     }
     written = {
         g.model: [
             r for r in runs
-            if r.model == g.model and any(_within(t, windows[r.run_id]) for t in times)
+            if r.model == g.model
+            and any(_within(t, windows[(r.run_id, r.model)]) for t in times)
         ]
         for (g, _), times in zip(fed, commits, strict=True)
         if not isinstance(times, str)
     }  # fmt: skip
-    gates = _gates(read, tables, [windows[r.run_id] for rs in written.values() for r in rs])
+    gates = _gates(read, tables, [windows[(r.run_id, r.model)] for rs in written.values()
+                                  for r in rs])  # fmt: skip
     for (g, _), times in zip(fed, commits, strict=True):
         if isinstance(times, str):
             g.runs = [{"note": times}]
-            continue
-        g.runs = [
-            _run_entry(r, windows[r.run_id], [x for x in gates if x["table_name"] == g.model])
-            for r in sorted(written[g.model], key=lambda r: r.started_at)
-        ]
+        elif not written[g.model]:
+            g.runs = [{"note": f"no run in {tables.model_runs} was running at its last commit"}]
+        else:
+            g.runs = [
+                _run_entry(
+                    r,
+                    windows[(r.run_id, r.model)],
+                    [x for x in gates if x["table_name"] == g.model],
+                )
+                for r in sorted(written[g.model], key=lambda r: r.started_at)
+            ]
     return explained
 
 
@@ -482,6 +511,8 @@ def text(explained: Explained) -> list[str]:
             f"{_when(k.last_timestamp)}"
         )
         verdict = "exactly once" if k.exactly_once else "NOT exactly once"
+        if k.in_kafka is None:  # nothing to hold bronze against: say only what it holds
+            verdict = "each once at most" if k.exactly_once else "NOT once each"
         lines.append(
             f"  bronze holds them {verdict}: {k.in_bronze:,} in bronze.sensor_records, "
             f"{k.in_quarantine:,} in bronze.quarantine"

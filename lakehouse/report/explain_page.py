@@ -7,6 +7,7 @@ page links to. Plain HTML, like the tables page: no script, no stylesheet to fet
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -61,8 +62,10 @@ def write_explain_index(site: Path) -> Path:
 
 
 def page_name(sensor: str, session: str) -> str:
-    """A file name for the session's page: its sensor and id, safe on any file system."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{sensor}__{session}") + ".html"
+    """A file name for the session's page: its sensor and id, safe on any file system, and
+    a digest of the two as given, so that ids alike once made safe never share a page."""
+    digest = hashlib.sha256(f"{sensor}/{session}".encode()).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{sensor}__{session}") + f"-{digest}.html"
 
 
 def _title_of(page: Path) -> str:

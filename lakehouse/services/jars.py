@@ -91,9 +91,9 @@ def sql_extension() -> Path:
 
 
 def build_sql_extension(force: bool = False) -> Path:
-    """Compile `jvm/src` (the read-only SQL guard, silver's `JsonKeys`) against the Spark that
-    pyspark ships: no download, no Maven build. Every Spark session puts the jar on its
-    classpath."""
+    """Compile `jvm/src` (the read-only SQL guard, silver's `JsonKeys`, `ColumnLineage`)
+    against the Spark that pyspark ships: no download, no Maven build. Every Spark session
+    puts the jar on its classpath."""
     import pyspark
 
     sources = sorted(SQL_EXTENSION_SOURCES.rglob("*.java"))
@@ -103,7 +103,7 @@ def build_sql_extension(force: bool = False) -> Path:
     stamp = SQL_EXTENSION_JAR.with_suffix(".sha256")
     if not force and SQL_EXTENSION_JAR.exists() and stamp.exists() and stamp.read_text() == digest:
         return SQL_EXTENSION_JAR
-    echo(f"compiling jvm/src (the SQL guard, silver's JSON key count) into {SQL_EXTENSION_JAR} ...")
+    echo(f"compiling jvm/src (the SQL guard, JSON keys, column lineage) into {SQL_EXTENSION_JAR}")
     classes = SQL_EXTENSION_JAR.parent / "classes"
     shutil.rmtree(classes, ignore_errors=True)
     classpath = str(Path(pyspark.__file__).parent / "jars" / "*")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, names_session, text
+from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, session_named, text
 
 
 def records(**changed: object) -> KafkaRecords:
@@ -47,9 +47,9 @@ def test_records_held_twice_or_missing_are_named_and_not_exactly_once() -> None:
         assert f"  {line}" in lines
 
 
-def test_a_record_is_the_sessions_by_its_key_or_without_one_by_its_value() -> None:
-    assert names_session(b"a", b'{"session_id": "b"}', "a")  # the key decides
-    assert not names_session(b"b", b'{"session_id": "a"}', "a")
-    assert names_session(None, b'{"session_id": "a", "seq": 3}', "a")  # keyless: the value
-    assert not names_session(None, b'{"session_id": "a"', "a")  # not JSON: names none
-    assert not names_session(None, None, "a")
+def test_a_record_is_the_session_its_value_names_as_silver_reads_it() -> None:
+    assert session_named(b'{"session_id": "b", "seq": 3}') == "b"
+    assert session_named(b'{"session_id": "b"') is None  # not JSON: names none
+    assert session_named(b'{"session_id": 7}') is None
+    assert session_named(b"[1]") is None
+    assert session_named(None) is None

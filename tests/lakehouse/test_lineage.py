@@ -77,6 +77,19 @@ def test_every_nodes_events_hold_to_the_spec_and_name_what_the_manifest_says(nod
     assert failed["run"]["facets"]["errorMessage"]["message"] == "boom"
 
 
+def test_datasets_are_named_as_openlineages_naming_spec_names_them() -> None:
+    assert lineage.dataset("s3a://lake/prefix/gold/sensor_daily") == (
+        "s3://lake",
+        "prefix/gold/sensor_daily",
+    )
+    assert lineage.dataset("file:/srv/lake/silver/sessions") == (
+        "file",
+        "/srv/lake/silver/sessions",
+    )
+    assert lineage.dataset("file:///srv/lake/bronze/x") == ("file", "/srv/lake/bronze/x")
+    assert lineage.kafka_dataset("b1:9092,b2:9093", "^s\\.x$") == ("kafka://b1:9092", "^s\\.x$")
+
+
 def test_a_models_output_carries_its_column_lineage_and_a_checks_table_its_assertions() -> None:
     hourly = event(
         "gold.sensor_hourly",

@@ -20,8 +20,10 @@ import scala.collection.Seq;
 
 /**
  * Which input columns each output column of a query is computed from, read off its analyzed
- * plan: OpenLineage's column lineage of a gold model (its direct inputs only: the columns a
- * value is made of, not those that filter or group the rows).
+ * plan: OpenLineage's column lineage of a gold model (its direct inputs only: the columns its
+ * expression reads, a CASE's conditions included, not those that filter or group the rows). An
+ * operator it does not know (an Expand of a rollup, a Python function over rows) leaves the
+ * columns it makes without lineage rather than with a guessed one.
  *
  * <p>The inputs are empty relations (leaves), each under a {@code SubqueryAlias} naming its table
  * ({@code lakehouse.observe.lineage}), so the plan is analyzed without reading any data. Every
