@@ -10,8 +10,11 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 _lock = threading.Lock()
 """Lines come from the main thread and from Spark's callbacks (foreachBatch) at once."""
@@ -26,6 +29,21 @@ def echo(line: str = "", err: bool = False) -> None:
         if _live is not None:
             _live.clear()
         print(line, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def moment(value: datetime | str | None, missing: str = "-") -> str:
+    """A time as a person reads it, to the second: `2026-01-01 00:01:14` (an ISO string
+    is read first); `missing` where there is none."""
+    if value is None:
+        return missing
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def record_at(row: Mapping[str, Any]) -> str:
+    """The Kafka record a row names, as a person reads it: `topic/partition@offset`."""
+    return f"{row['topic']}/{row['partition']}@{row['offset']:,}"
 
 
 def size(n: float) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.core.console import moment, record_at
 from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.core.settings import Settings
 from lakehouse.graph.models import Model
@@ -489,8 +490,8 @@ def _gates(
     return _rows(read(tables.gold_results).where(within).select(*columns), ("expectation",))
 
 
-def _within(moment: datetime, window: tuple[datetime, datetime]) -> bool:
-    return window[0] <= moment <= window[1]
+def _within(at: datetime, window: tuple[datetime, datetime]) -> bool:
+    return window[0] <= at <= window[1]
 
 
 def text(explained: Explained) -> list[str]:
@@ -507,8 +508,8 @@ def text(explained: Explained) -> list[str]:
     for k in e.kafka:
         lines.append(
             f"  {k.topic} partition {k.partition}, offsets {k.first_offset:,}..{k.last_offset:,}: "
-            f"{k.records:,} records of the session, {_when(k.first_timestamp)} .. "
-            f"{_when(k.last_timestamp)}"
+            f"{k.records:,} records of the session, {moment(k.first_timestamp)} .. "
+            f"{moment(k.last_timestamp)}"
         )
         verdict = "exactly once" if k.exactly_once else "NOT exactly once"
         if k.in_kafka is None:  # nothing to hold bronze against: say only what it holds
@@ -529,7 +530,7 @@ def text(explained: Explained) -> list[str]:
         lines.append(
             f"  {s['status']}; seq {s['first_seq']}..{s['last_seq']}; {s['records']:,} records: "
             f"{s['snapshots']:,} snapshots, {s['updates']:,} updates, {s['rejected']:,} rejected, "
-            f"{s['gaps']:,} gaps; {_when(s['first_event_time'])} .. {_when(s['last_event_time'])}"
+            f"{s['gaps']:,} gaps; {moment(s['first_event_time'])} .. {moment(s['last_event_time'])}"
         )
     if e.transitions is None:
         lines.append(
@@ -539,14 +540,15 @@ def text(explained: Explained) -> list[str]:
     else:
         lines.append(f"  state transitions ({len(e.transitions)}):")
         lines += [
-            f"    seq {t['seq']} {t['action']} ({_at(t)}): {t['before']} -> {t['after']}"
+            f"    seq {t['seq']} {t['action']} ({record_at(t)}): {t['before']} -> {t['after']}"
             for t in e.transitions
         ]
     ops = ", ".join(f"{op} {n:,}" for op, n in sorted(e.changes_by_op.items()))
     lines.append(f"  row changes: {ops or 'none'}")
     lines.append(f"  violations ({len(e.violations)}):")
     lines += [
-        f"    {v['reason']} ({_at(v)}): expected seq {v['expected_seq']}, found {v['found_seq']}"
+        f"    {v['reason']} ({record_at(v)}): "
+        f"expected seq {v['expected_seq']}, found {v['found_seq']}"
         + (f"; {v['detail']}" if v["detail"] else "")
         for v in e.violations[:SHOWN]
     ]
@@ -564,7 +566,7 @@ def text(explained: Explained) -> list[str]:
     )
     for row in e.rows or ():
         values = {k: v for k, v in row.items() if k not in (*LINEAGE, "sensor_id", "session_id")}
-        lines.append(f"    {_short(values)} <- {_at(row)}")
+        lines.append(f"    {_short(values)} <- {record_at(row)}")
     lines += ["", "gold (every row the session feeds):"]
     for g in e.gold:
         lines.append(f"  {g.model}: {len(g.rows):,} rows")
@@ -580,7 +582,7 @@ def text(explained: Explained) -> list[str]:
             passed = sum(1 for r in gate if r["success"])
             lines.append(
                 f"    last written by run {run['run_id']} ({run['mode']}, "
-                f"{_when(run['started_at'])}); its gate: {passed}/{len(gate)} passed"
+                f"{moment(run['started_at'])}); its gate: {passed}/{len(gate)} passed"
             )
             lines += [
                 f"      FAILED {r['expectation']} ({r['severity']}): unexpected "
@@ -591,27 +593,14 @@ def text(explained: Explained) -> list[str]:
     return lines
 
 
-def _at(row: Mapping[str, Any]) -> str:
-    """A record's Kafka coordinates: `topic/partition@offset`."""
-    return f"{row['topic']}/{row['partition']}@{row['offset']:,}"
-
-
 def _list(offsets: Sequence[int], at_most: int = 10) -> str:
     shown = ", ".join(f"{o:,}" for o in offsets[:at_most])
     return shown + (f" and {len(offsets) - at_most:,} more" if len(offsets) > at_most else "")
 
 
-def _when(value: datetime | str | None) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return f"{value:%Y-%m-%d %H:%M:%S}"
-
-
 def _short(value: Mapping[str, Any]) -> str:
     return ", ".join(
-        f"{k}={_when(v) if isinstance(v, datetime) else v}"
+        f"{k}={moment(v) if isinstance(v, datetime) else v}"
         for k, v in value.items()
         if v is not None
     )

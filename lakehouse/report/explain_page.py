@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lakehouse.core.console import moment, record_at
+
 LINEAGE = ("topic", "partition", "offset")
 FOLDER = "explain"
 INDEX = f"{FOLDER}/index.html"
@@ -120,7 +122,7 @@ def _kafka(e: Mapping[str, Any]) -> str:
             k["partition"],
             f"{k['first_offset']:,} .. {k['last_offset']:,}",
             k["records"],
-            f"{_when(k['first_timestamp'])} .. {_when(k['last_timestamp'])}",
+            f"{_moment(k['first_timestamp'])} .. {_moment(k['last_timestamp'])}",
             "not read" if k["in_kafka"] is None else k["in_kafka"],
             k["in_bronze"],
             k["in_quarantine"],
@@ -167,7 +169,7 @@ def _silver(e: Mapping[str, Any]) -> str:
                         s["updates"],
                         s["rejected"],
                         s["gaps"],
-                        f"{_when(s['first_event_time'])} .. {_when(s['last_event_time'])}",
+                        f"{_moment(s['first_event_time'])} .. {_moment(s['last_event_time'])}",
                     ]
                 ],
             )
@@ -183,7 +185,7 @@ def _silver(e: Mapping[str, Any]) -> str:
             _table(
                 ["record", "seq", "action", "before", "after"],
                 [
-                    [_at(t), t["seq"], t["action"], t["before"], t["after"]]
+                    [record_at(t), t["seq"], t["action"], t["before"], t["after"]]
                     for t in e["transitions"]
                 ],
             )
@@ -195,7 +197,7 @@ def _silver(e: Mapping[str, Any]) -> str:
         _table(
             ["record", "reason", "expected seq", "found seq", "detail"],
             [
-                [_at(v), v["reason"], v["expected_seq"], v["found_seq"], v["detail"]]
+                [record_at(v), v["reason"], v["expected_seq"], v["found_seq"], v["detail"]]
                 for v in e["violations"]
             ],
         )
@@ -207,7 +209,9 @@ def _silver(e: Mapping[str, Any]) -> str:
     elif rows:
         columns = [c for c in rows[0] if c not in ("sensor_id", "session_id", *LINEAGE)]
         parts.append(
-            _table([*columns, "from record"], [[*(r[c] for c in columns), _at(r)] for r in rows])
+            _table(
+                [*columns, "from record"], [[*(r[c] for c in columns), record_at(r)] for r in rows]
+            )
         )
     return "".join(parts)
 
@@ -225,7 +229,7 @@ def _gold(e: Mapping[str, Any]) -> str:
                 continue
             parts.append(
                 f"<p>Last written by run <code>{html.escape(run['run_id'])}</code> "
-                f"({html.escape(run['mode'])}, {_when(run['started_at'])}); its gate:</p>"
+                f"({html.escape(run['mode'])}, {_moment(run['started_at'])}); its gate:</p>"
             )
             parts.append(
                 _table(
@@ -262,21 +266,13 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, datetime):
-        return _when(value)
+        return _moment(value)
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _moment(value: datetime | str | None) -> str:
+    return moment(value, missing="")
 
 
 def _verdict(good: bool, yes: str, no: str) -> str:
     return f"<span class='good'>{yes}</span>" if good else f"<span class='bad'>{no}</span>"
-
-
-def _at(row: Mapping[str, Any]) -> str:
-    return f"{row['topic']}/{row['partition']}@{row['offset']}"
-
-
-def _when(value: datetime | str | None) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return f"{value:%Y-%m-%d %H:%M:%S}"

@@ -4,8 +4,10 @@ how an explanation reads when bronze does not hold them exactly once."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, session_named, text
+from lakehouse.report.explain_page import write_explain_page
 
 
 def records(**changed: object) -> KafkaRecords:
@@ -53,3 +55,11 @@ def test_a_record_is_the_session_its_value_names_as_silver_reads_it() -> None:
     assert session_named(b'{"session_id": 7}') is None
     assert session_named(b"[1]") is None
     assert session_named(None) is None
+
+
+def test_the_page_says_what_bronze_holds_twice(tmp_path: Path) -> None:
+    page = write_explain_page(tmp_path, explained(records(held_twice=[12])).to_dict())
+    shown = page.read_text()
+    assert "NOT exactly once" in shown and "twice: 12" in shown
+    assert "2026-01-01 00:00:00 .. 2026-01-01 00:01:00" in shown
+    assert page.name in (tmp_path / "explain" / "index.html").read_text()
