@@ -31,6 +31,7 @@ LONGEST_MODULES = (
     "test_cluster.py",
     "test_build.py",
     "test_bronze.py",
+    "test_explain.py",
     "test_sql.py",
     "test_gold.py",
     "test_quality.py",
