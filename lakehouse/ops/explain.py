@@ -388,6 +388,22 @@ def _gold(
     """Each model's rows the session feeds: its keys from the session's silver rows (or the
     rows found for the model it reads), then the run that last wrote them."""
     found: dict[str, DataFrame] = {}
+    try:
+        return _gold_rows(read, tables, models, sensor, session, found)
+    finally:  # a command explains sessions one after another: no cache outlives its own
+        for rows in found.values():
+            rows.unpersist()
+
+
+def _gold_rows(
+    read: Lake,
+    tables: Tables,
+    models: Sequence[Model],
+    sensor: str,
+    session: str,
+    found: dict[str, DataFrame],
+) -> list[GoldRows]:
+    """`_gold`'s work; `found` gets each model's rows, cached, as they are read."""
     mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
     explained = []
     for model in models:
