@@ -33,6 +33,19 @@ from lakehouse.storage.catalog import LAYERS
 
 FORMATS = ("table", "csv", "json")
 
+HIVE_RESTRICTED = (
+    "hive.conf.restricted.list",
+    "hive.variable.substitute",
+    "hive.security.authenticator.manager",
+    "hive.security.authorization.manager",
+    "hive.security.authorization.enabled",
+    "hive.users.in.admin.role",
+    "hive.server2.authentication",
+    "hive.server2.custom.authentication.class",
+    "hive.server2.xsrf.filter.enabled",
+)
+"""Hive settings no session may change: the list itself, substitution and who is admitted."""
+
 
 def session_conf(
     allow_writes: bool,
@@ -56,6 +69,10 @@ def session_conf(
         "spark.sql.variable.substitute": "false",
         # A script (BEGIN ... END) runs its statements without the parser: none are allowed.
         "spark.sql.scripting.enabled": "false",
+        # Nothing beside the SQL port: the UI would serve every session's SQL text, with
+        # kill links, over plain HTTP on every interface (Spark binds it to SPARK_LOCAL_IP).
+        "spark.ui.enabled": "false",
+        "spark.ui.killEnabled": "false",
     }
     if server_port is not None:
         # The server's handler threads load classes through the system class loader, which
@@ -67,6 +84,11 @@ def session_conf(
         conf["spark.sql.thriftServer.queryTimeout"] = f"{sql.query_timeout_seconds}s"
         # One line per refused or failed statement in the client, not a server stack trace.
         conf["spark.sql.hive.thriftServer.async"] = "false"
+        # Hive would replace ${env:X}, ${system:x} and ${hiveconf:x} in the values of a
+        # session's settings with the server's own; off, and on the list no client may change.
+        conf["spark.hadoop.hive.variable.substitute"] = "false"
+        conf["spark.hadoop.hive.conf.restricted.list"] = ",".join(HIVE_RESTRICTED)
+        conf["spark.hadoop.hive.ssl.protocol.blacklist"] = "SSLv2,SSLv2Hello,SSLv3,TLSv1,TLSv1.1"
         conf.update(admission(sql))
         if tls is not None:
             conf.update(
@@ -85,7 +107,7 @@ def server_tls(sql: SqlSettings, local_state: Path) -> SelfSigned | None:
     loopback it speaks plain text to the clients of this machine."""
     if sql.loopback:
         return None
-    return SelfSigned(local_state / "sql" / "tls").ensure("sql-server")
+    return SelfSigned(local_state / "sql" / "tls").ensure("sql-server", sql.host)
 
 
 def jdbc_url(host: str, port: int, tls: SelfSigned | None, database: str = "gold") -> str:
@@ -116,16 +138,14 @@ def admission(sql: SqlSettings) -> dict[str, str]:
 
 
 def authenticator_properties(sql: SqlSettings) -> dict[str, str]:
-    """The JVM system properties HiveServer2 finds its CUSTOM authenticator by (it reads
-    them, not the server's configuration): `jvm/src/lakehouse/sql/PasswordAuthenticator.java`,
-    which reads the password from the server's environment itself, so that it is never a
-    Spark property or an argument."""
+    """The JVM system property HiveServer2 finds its CUSTOM authenticator by (it reads a
+    configuration of its own at each login, not the server's):
+    `jvm/src/lakehouse/sql/PasswordAuthenticator.java`, told its user once at start, which
+    reads the password from the server's environment itself, so that it is never a Spark
+    property or an argument."""
     if not sql.user:
         return {}
-    return {
-        "hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator",
-        "lakehouse.sql.user": sql.user,
-    }
+    return {"hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator"}
 
 
 def split_statements(text: str) -> list[str]:
@@ -222,14 +242,17 @@ def render(columns: list[str], rows: list[Any], fmt: str) -> Iterator[str]:
 
 
 def serve(spark: SparkSession, sql: SqlSettings, stop: threading.Event) -> None:
-    """Run Spark's Thrift JDBC/ODBC server on this application until `stop` is set."""
+    """Run Spark's Thrift JDBC/ODBC server on this application until `stop` is set, behind
+    the door that judges what a client opens a session with
+    (`jvm/src/lakehouse/sql/GuardedThriftServer.java`)."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     for key, value in authenticator_properties(sql).items():
         jvm.java.lang.System.setProperty(key, value)
-    server_class = getattr(jvm, "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2")
     try:
-        server = server_class.startWithContext(spark._jsparkSession.sqlContext())
+        if sql.user:
+            jvm.lakehouse.sql.PasswordAuthenticator.admit(sql.user)
+        server = jvm.lakehouse.sql.GuardedThriftServer.start(spark._jsparkSession)
     except Exception as error:
         raise LakehouseError(f"the SQL server could not start: {explain(error)}") from None
     try:

@@ -4,6 +4,7 @@ server's first start, never a file of the repository."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import socket
@@ -43,17 +44,21 @@ class SelfSigned:
         """The keystore's password, made with it; kept in a file only this user reads."""
         return (self.folder / "keystore-password").read_text()
 
-    def ensure(self, alias: str) -> SelfSigned:
-        """Make the key, certificate and truststore unless they exist."""
-        if self.truststore.exists():
+    def ensure(self, alias: str, host: str = "") -> SelfSigned:
+        """Make the key, certificate and truststore unless they exist for the same names:
+        this machine's, and `host` (the address a server listens on) when it names one."""
+        names = subject_names(host)
+        made_for = self.folder / "names"
+        if self.truststore.exists() and made_for.exists() and made_for.read_text() == names:
             return self
+        for stale in (self.keystore, self.truststore, self.ca_file):
+            stale.unlink(missing_ok=True)
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         secret = self.folder / "keystore-password"
         secret.touch(mode=0o600)
         secret.write_text(secrets.token_urlsafe(24))
-        names = ["DNS:localhost", "IP:127.0.0.1", f"DNS:{socket.gethostname()}"]
         key = ["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "3650"]
-        key += ["-dname", "CN=localhost", "-ext", f"SAN={','.join(names)}"]
+        key += ["-dname", "CN=localhost", "-ext", f"SAN={names}"]
         stored = ["-alias", alias, "-keystore", str(self.keystore), "-storetype", "PKCS12"]
         # The password by name of a variable: never an argument `ps` shows.
         stored += ["-storepass:env", "KEYSTORE_PASSWORD"]
@@ -72,4 +77,18 @@ class SelfSigned:
             )
             if result.returncode != 0:
                 raise LakehouseError(f"keytool failed: {explain(result.stderr)}")
+        made_for.write_text(names)
         return self
+
+
+def subject_names(host: str = "") -> str:
+    """A certificate's subject alternative names: localhost, loopback, this machine's name,
+    and the host a server listens on unless that is every interface."""
+    names = ["DNS:localhost", "IP:127.0.0.1", f"DNS:{socket.gethostname()}"]
+    if host and host not in ("0.0.0.0", "::", "localhost", "127.0.0.1"):
+        try:
+            ipaddress.ip_address(host)
+            names.append(f"IP:{host}")
+        except ValueError:
+            names.append(f"DNS:{host}")
+    return ",".join(dict.fromkeys(names))

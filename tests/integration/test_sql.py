@@ -3,7 +3,11 @@ queried with the beeline that ships with pyspark; both read-only unless told oth
 
 One corpus of hostile statements and one of what analysts ask go through `lakehouse sql`
 (one application, `--continue`) and through beeline against one server, which listens
-beyond loopback with a user, a password and TLS."""
+beyond loopback with a user, a password and TLS. The sessions clients open on that server
+(URL settings, raw Thrift configurations, metadata calls) go through Hive's JDBC driver and
+a Thrift client, one session per case (`tests/jdbc/Sessions.java`). The lake's applications
+hold planted values (an environment variable, a system property, Hadoop and Spark settings)
+that no answer may print."""
 
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ import itertools
 import json
 import os
 import re
+import secrets
 import signal
+import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,7 +36,7 @@ from lakehouse.definitions import MODELS
 from lakehouse.graph.models import run_models
 from lakehouse.ops.sql import jdbc_url
 from lakehouse.services import process
-from lakehouse.services.tls import SelfSigned
+from lakehouse.services.tls import TRUSTSTORE_PASSWORD, SelfSigned
 from silver import reconstruct
 from tests.support import lakehouse_command, overrides, run_lakehouse, settings_for
 from tests.support.gold import INCREMENTS, Bronze
@@ -37,8 +44,11 @@ from tests.support.gold import INCREMENTS, Bronze
 pytestmark = pytest.mark.integration
 
 HOURLY = "SELECT sensor_id, hour, updates FROM gold.sensor_hourly ORDER BY sensor_id, hour"
-PROBE = "probe-value-never-shown"
-"""A secret in the environment and in the application's Spark properties."""
+PROBE = f"probe-{secrets.token_hex(8)}"
+"""A secret in the environment and in the application's Spark properties (a name Spark
+redacts); the others, in a system property, a Hadoop and a Spark setting Spark does not."""
+PROBE_PROPERTY, PROBE_SETTING, PROBE_TOKEN = (f"probe-{secrets.token_hex(8)}" for _ in range(3))
+PROBES = (PROBE, PROBE_PROPERTY, PROBE_SETTING, PROBE_TOKEN)
 
 READS = "downstream SQL reads the lake's tables by name"
 BY_PATH = f"by path is refused; {READS}"
@@ -47,6 +57,9 @@ WRITES = "changes data or the catalog, or reaches beyond the lake; rerun with --
 OUTSIDE = "is outside the lake's"
 JVM_CALL = "'java.lang.System', 'getenv', 'PROBE_SECRET'"
 MEMORY = "so that one value cannot take the server's memory"
+BEFORE = "Spark evaluates it before the statement is judged"
+PARTITIONS = "partitions is refused: one statement may ask for at most 1000"
+COLLECTS = "is refused: its state grows with the rows it reads"
 
 HOSTILE = [
     # files and tables by path, in every format, however the name is made
@@ -88,6 +101,13 @@ HOSTILE = [
     # other databases of the shared metastore
     ("USE default", f"the database default {OUTSIDE}"),
     ("SHOW TABLES IN default", OUTSIDE),
+    ("SHOW TABLE EXTENDED IN default LIKE '*'", f"the database default {OUTSIDE}"),
+    ("SHOW VIEWS IN default", f"the database default {OUTSIDE}"),
+    ("SHOW COLUMNS IN outside IN default", OUTSIDE),
+    ("DESCRIBE DATABASE default", OUTSIDE),
+    # where the lake's files are
+    ("SELECT _metadata.file_path FROM gold.sensor_daily", "_metadata is refused like input_file"),
+    ("SELECT _metadata FROM gold.sensor_hourly", "refused like input_file_name()"),
     ("SELECT * FROM default.outside", OUTSIDE),
     ("SELECT * FROM gold.plain", "a parquet table, not one of the lake's Delta tables"),
     # writes and DDL
@@ -115,6 +135,11 @@ HOSTILE = [
     ("SET spark.sql.thriftServer.queryTimeout=0", "is refused: downstream SQL may set only"),
     ("SET spark.lakehouse.sql.readOnly=false", "is refused"),
     ("SET spark.sql.autoBroadcastJoinThreshold=10g", "is refused"),
+    ("SET spark.hadoop.fs.s3a.secret.key", "SET spark.hadoop.fs.s3a.secret.key is refused: a"),
+    ("SET spark.lakehouse.probe.token", "a session may see and set only"),
+    ("SET spark.hadoop.lakehouse.probe.setting", "a session may see and set only"),
+    ("SET spark.sql.session.timeZone=${env:PROBE_SECRET}", "${...} is refused"),
+    ("SET spark.sql.session.timeZone=Nowhere/Else", "may be a time zone such as UTC, not the"),
     ("RESET", f"RESET (ResetCommand) {WRITES}"),
     ("DECLARE VARIABLE v STRING DEFAULT 'x'", WRITES),
     # memory
@@ -125,8 +150,58 @@ HOSTILE = [
     ("SELECT transform(sequence(1, 1000), x -> repeat('x', 1000000))", "in one expression"),
     ("SELECT transform(array(1, 2), x -> repeat('x', 10))", "inside a lambda function"),
     ("SELECT /*+ BROADCAST(r) */ * FROM range(10) r JOIN range(10) q USING (id)", "ResolvedHint"),
+    ("SELECT replace(repeat('x', 100000), 'x', repeat('y', 1000))", "in one expression"),
+    ("SELECT replace(string(id), '1', repeat('y', 2000)) FROM range(3)", f"replace is .*{MEMORY}"),
+    ("SELECT array_insert(array(1), 2000000000, 1)", f"its position is 2,000,000,000.*{MEMORY}"),
+    ("SELECT format_number(1.5, 2000000000)", "decimal places is 2,000,000,000"),
+    ("SELECT aggregate(sequence(1, 40), 'x', (a, x) -> concat(a, a))", "concat in aggregate's"),
+    # what Spark evaluates while it analyzes a statement, judged before
+    ("SELECT * FROM VALUES (repeat('x', 2000000000)) AS v(x)", f"repeat in VALUES .*{BEFORE}"),
+    (f"SELECT * FROM VALUES (java_method({JVM_CALL})) AS v(x)", "the function java_method"),
+    ("SELECT * FROM VALUES (IDENTIFIER('java' || '_method')('x', 'y')) AS v(x)", BEFORE),
+    ("SELECT * FROM range(3) LIMIT length(repeat('x', 2000000000))", f"repeat in LIMIT .*{BEFORE}"),
+    ("SELECT * FROM range(3) OFFSET length(space(2000000000))", "space in OFFSET"),
+    ("SELECT * FROM range(length(repeat('x', 2000000000)))", "repeat in a table function's"),
+    (
+        "SELECT count(*) FROM gold.sensor_daily TIMESTAMP AS OF repeat('2', 2000000000)",
+        "repeat in TIMESTAMP AS OF",
+    ),
+    (f"EXECUTE IMMEDIATE 'SELECT 1' USING java_method({JVM_CALL})", "the function java_method"),
+    # a server's worth of work from one statement
+    ("SET spark.sql.shuffle.partitions=100000", "shuffle.partitions may be 1 to 1000, not"),
+    ("SELECT count(*) FROM range(0, 10, 1, 20000)", f"range's slices of 20,000 {PARTITIONS}"),
+    ("SELECT /*+ REPARTITION(100000) */ * FROM range(3)", f"REPARTITION .*{PARTITIONS}"),
+    ("SELECT /*+ COALESCE(5000) */ * FROM range(3)", PARTITIONS),
+    ("SELECT stack(5000000, 1)", "stack of 5,000,000 rows from 1 values is refused"),
+    (
+        "WITH RECURSIVE r(n) MAX RECURSION LEVEL 1000000 AS (SELECT 1 UNION ALL SELECT n + 1 "
+        "FROM r WHERE n < 3) SELECT * FROM r",
+        "MAX RECURSION LEVEL 1000000 is refused",
+    ),
+    (
+        "WITH RECURSIVE r(s) AS (SELECT 'x' UNION ALL SELECT concat(s, s) FROM r "
+        "WHERE length(s) < 100) SELECT max(length(s)) FROM r",
+        "concat in a recursive CTE's step is refused",
+    ),
+    ("SELECT collect_list(id) FROM range(10)", f"collect_list .*{COLLECTS}"),
+    ("SELECT string_agg(string(id), ',') FROM range(10)", COLLECTS),
+    ("SELECT median(id) FROM range(10)", COLLECTS),
+    ("SELECT count_min_sketch(id, 0.0000001d, 0.9d, 1) FROM range(10)", COLLECTS),
 ]
 """Each statement and (a regular expression of) its one-line refusal after `read-only: `."""
+
+SETTABLE = {
+    "spark.sql.session.timeZone",
+    "spark.sql.ansi.enabled",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.adaptive.enabled",
+    "spark.sql.legacy.timeParserPolicy",
+    "spark.sql.caseSensitive",
+    "spark.sql.timestampType",
+    "spark.sql.datetime.java8API.enabled",
+    "spark.sql.decimalOperations.allowPrecisionLoss",
+}
+"""What a session may see and set (`jvm/src/lakehouse/sql/ClientSettings.java`)."""
 
 ALLOWED = [
     "SELECT sensor_id, count(*), round(avg(updates), 2), max(hour) FROM gold.sensor_hourly "
@@ -154,13 +229,82 @@ ALLOWED = [
     "SET spark.sql.session.timeZone=UTC",
     "SET",
     "SET -v",
-    "SET spark.hadoop.fs.s3a.secret.key",
+    "SET spark.sql.session.timeZone",
+    "SELECT * FROM VALUES (1, 'a', DATE'2026-01-01', array(1, 2)) AS v(n, s, d, a) LIMIT 1 + 1",
+    "SELECT approx_percentile(updates, 0.5), format_number(1234.5, 2) FROM gold.sensor_daily",
+    "SELECT * FROM range(0, 10, 1, 4) DISTRIBUTE BY id LIMIT 3",
     "CREATE TEMPORARY VIEW busy AS SELECT * FROM gold.sensor_hourly WHERE updates > 5",
     "SELECT count(*) FROM busy",
     "SELECT count(*) FROM gold.busy_hours",
     "SHOW DATABASES LIKE 'g*'",
     "DROP VIEW busy",
 ]
+
+
+AT_OPEN = "read-only: the session was refused, with nothing of it applied: "
+NOT_CARRIED = f"{AT_OPEN}.* is not a setting a client may carry"
+NO_ZONE = f"{AT_OPEN}spark.sql.session.timeZone may be a time zone such as UTC, not the value"
+OTHER_DATABASE = "read-only: metadata of 'default' is refused: it names none of the lake's"
+LAKE_ONLY = r"^[1-9]\d* rows of ((bronze|gold|ops|quality|silver)(,|$))+$"
+
+
+def substituted(name: str) -> str:
+    """`${name}` as a JDBC URL carries it (its parser refuses `$` and braces)."""
+    return f"%24%7B{name}%7D"
+
+
+SUBSTITUTIONS = [
+    "env:PROBE_SECRET",
+    "system:lakehouse.probe.property",
+    "hiveconf:javax.jdo.option.ConnectionURL",
+    "hivevar:x",
+    "spark.lakehouse.probe.token",
+]
+SESSIONS = [
+    # every substitution prefix, in the URL's ?-settings and #-variables
+    *[
+        ("url", f"{part}spark.sql.session.timeZone={substituted(name)}", "SELECT 1", NO_ZONE)
+        for part in "?#"
+        for name in SUBSTITUTIONS
+    ],
+    # every Hive session setting, and settings no session may carry
+    (
+        "url",
+        f"#hive.server2.custom.authentication.class={substituted('env:PATH')}",
+        "SET hive.server2.custom.authentication.class",
+        f"{AT_OPEN}SET hive.server2.custom.authentication.class is refused",
+    ),
+    ("url", "?hive.server2.custom.authentication.class=x", "SELECT 1", f"{AT_OPEN}SET hive"),
+    ("url", "?hive.variable.substitute=true", "SELECT 1", f"{AT_OPEN}SET hive.variable"),
+    ("url", "?hive.conf.restricted.list=x", "SELECT 1", f"{AT_OPEN}SET hive.conf.restricted"),
+    ("url", ";fetchSize=100000000", "SELECT 1", f"{AT_OPEN}hive.server2.thrift.resultset"),
+    ("url", ";hive.server2.proxy.user=root", "SELECT 1", NOT_CARRIED),
+    ("url", "?spark.sql.shuffle.partitions=100000", "SELECT 1", f"{AT_OPEN}spark.sql.shuffle"),
+    ("url", "?spark.sql.thriftServer.queryTimeout=0", "SELECT 1", f"{AT_OPEN}SET spark.sql.th"),
+    ("url", "#spark.sql.variable.substitute=true", "SELECT 1", f"{AT_OPEN}SET spark.sql.var"),
+    ("url", "/default", "SELECT 1", f"{AT_OPEN}connect to one of the lake's databases"),
+    # raw Thrift sessions, as no JDBC driver opens them
+    ("raw", "set:system:lakehouse.raw.probe=RAWPROBE77", "", NOT_CARRIED),
+    ("raw", "set:metaconf:hive.metastore.client.socket.timeout=1", "", NOT_CARRIED),
+    ("raw", "set:env:PATH=/tmp", "", NOT_CARRIED),
+    ("raw", "hive.server2.authentication=NONE", "", NOT_CARRIED),
+    ("raw", "use:database=gold;;set:hiveconf:x=${env:PROBE_SECRET}", "", f"{AT_OPEN}SET x"),
+    ("raw", "use:database=gold;;set:hivevar:spark.sql.session.timeZone=UTC", "", "^opened$"),
+    # metadata calls, which never pass the parser
+    *[("meta", call, "default", OTHER_DATABASE) for call in ("tables", "columns", "functions")],
+    ("meta", "schemas", "default", OTHER_DATABASE),
+    ("meta", "keys", "default", OTHER_DATABASE),
+    ("meta", "tables", "%", LAKE_ONLY),
+    ("meta", "schemas", "", LAKE_ONLY),
+    # statements sent whole, as BI tools send them; then the server still admits and answers
+    ("url", "", f"BEGIN SELECT java_method({JVM_CALL}); END", "read-only: SQL scripting"),
+    ("url", "?spark.sql.session.timeZone=UTC", "SET spark.sql.session.timeZone", ",UTC$"),
+    ("url", "", "SET -v", "^spark.sql.adaptive.enabled,"),
+    ("password", "guess", "SELECT 1", "ERR .*Error validating the login"),
+    ("url", "", "SELECT 'still answering'", "^still answering$"),
+]
+"""Each session a client opens, and what it is answered: a refusal at `read-only: `, or
+`ERR` and a regular expression of the client's error, or a regular expression of the answer."""
 
 
 @dataclass(frozen=True)
@@ -192,7 +336,13 @@ def gold_lake(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
     outside = f"LOCATION '{root}/outside'"
     spark.sql(f"CREATE TABLE IF NOT EXISTS default.outside (id INT) USING delta {outside}")
     env = overrides(root, "127.0.0.1:9", "sensors.")
-    env["LAKEHOUSE__SPARK__CONF"] = json.dumps({"spark.hadoop.fs.s3a.secret.key": PROBE})
+    planted = {
+        "spark.hadoop.fs.s3a.secret.key": PROBE,
+        "spark.hadoop.lakehouse.probe.setting": PROBE_SETTING,
+        "spark.lakehouse.probe.token": PROBE_TOKEN,
+        "spark.driver.extraJavaOptions": f"-Dlakehouse.probe.property={PROBE_PROPERTY}",
+    }
+    env["LAKEHOUSE__SPARK__CONF"] = json.dumps(planted)
     env["PROBE_SECRET"] = PROBE
     spark.sql("CREATE OR REPLACE VIEW gold.busy_hours AS SELECT * FROM gold.sensor_hourly")
     spark.sql("CREATE OR REPLACE VIEW gold.leak AS SELECT * FROM text.`/etc/hostname`")
@@ -288,8 +438,9 @@ def test_sql_answers_analysts_and_refuses_each_hostile_statement_in_one_line(
     assert ran.stdout.splitlines()[-4:] == said_last
     databases = ["namespace", "---------", "bronze   ", "gold     ", "ops      ", "quality  "]
     assert "\n".join([*databases, "silver   ", "(5 rows)"]) in ran.stdout  # the lake's only
-    assert re.search(r"spark\.hadoop\.fs\.s3a\.secret\.key +\| \*+\(redacted\)", ran.stdout)
-    assert PROBE not in ran.stdout + ran.stderr
+    shown = re.findall(r"^(spark\.\S+) +\|", ran.stdout, re.MULTILINE)  # SET, SET -v, SET key
+    assert "spark.sql.session.timeZone" in shown and set(shown) <= SETTABLE, set(shown) - SETTABLE
+    assert not [p for p in PROBES if p in ran.stdout + ran.stderr]
     assert spark.table("gold.sensor_daily").count() == daily
     assert spark.catalog.tableExists("gold.sensor_hourly")
 
@@ -375,60 +526,74 @@ def test_sql_server_answers_over_tls_and_refuses_each_hostile_statement_in_one_l
     header = max(i for i, line in enumerate(lines) if line.endswith("sensor_id,hour,updates"))
     rows = list(csv.reader(itertools.takewhile(str.strip, lines[header + 1 :])))
     assert [[s, h[:19], u] for s, h, u in rows] == expected_hourly(spark)
-    assert PROBE not in ran.stdout + ran.stderr
+    assert not [p for p in PROBES if p in ran.stdout + ran.stderr]
     for secret in (sql_server.tls.password(), PASSWORD):  # SET, SET -v, EXPLAIN, DESCRIBE
         assert secret not in ran.stdout + ran.stderr
     assert spark.catalog.tableExists("gold.sensor_hourly")
 
 
-def test_sql_server_refuses_strangers_plain_text_and_settings_from_the_url(
+def test_sql_server_refuses_each_session_that_carries_settings_or_names_another_database(
     gold_lake: Lake, sql_server: Server, tmp_path: Path
 ) -> None:
-    said = {
-        "stranger": beeline(sql_server, tmp_path, "-e", "SELECT 1", password="guess"),
-        "plain text": beeline(sql_server, tmp_path, "-e", "SELECT 1", tls=False),
-        "url setting": beeline(
-            sql_server,
-            tmp_path,
-            "-e",
-            "SELECT 1",
-            url_tail="?spark.sql.thriftServer.queryTimeout=0",
-        ),
-        "url variable": beeline(
-            sql_server, tmp_path, "-e", "SELECT 1", url_tail="#spark.sql.variable.substitute=true"
-        ),
-        "script": whole_statement(
-            sql_server, tmp_path, f"BEGIN SELECT java_method({JVM_CALL}); END"
-        ),
-    }
+    cases = tmp_path / "sessions.tsv"
+    cases.write_text("".join(f"{kind}\t{arg}\t{sql}\n" for kind, arg, sql, _ in SESSIONS))
 
-    assert all(r.returncode != 0 for r in said.values()), {
-        n: r.stdout[-500:] + r.stderr[-1500:] for n, r in said.items() if r.returncode == 0
-    }
-    text = {name: r.stdout + r.stderr for name, r in said.items()}
-    assert "Error validating the login" in text["stranger"]  # HiveServer2 tells no more
-    assert "Could not open client transport" in text["plain text"], text["plain text"][-1500:]
-    assert "from its connection's URL (spark.sql.thriftServer.queryTimeout)" in text["url setting"]
-    assert "URL (spark.sql.variable.substitute)" in text["url variable"]
-    assert "read-only: SQL scripting (BEGIN ... END) is refused" in text["script"], text["script"]
-    assert PROBE not in "".join(text.values())
+    ran = sessions(sql_server, tmp_path, cases)
+
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    said = [line.split("\t", 2) for line in ran.stdout.splitlines() if line[:1].isdigit()]
+    assert len(said) == len(SESSIONS), ran.stdout[-3000:] + ran.stderr[-3000:]
+    for (kind, arg, statement, expected), (_, outcome, text) in zip(SESSIONS, said, strict=True):
+        case = (kind, arg, statement, outcome, text)
+        if expected.startswith("read-only: "):
+            assert outcome == "ERR" and refused(text, expected), case
+            assert "\n" not in text and len(text) < 600, case
+        else:
+            assert outcome == ("ERR" if expected.startswith("ERR ") else "OK"), case
+            assert re.search(expected.removeprefix("ERR "), text), case
+    assert not [p for p in PROBES if p in ran.stdout + ran.stderr]
 
 
-def whole_statement(
-    server: Server, folder: Path, statement: str
-) -> subprocess.CompletedProcess[str]:
-    """One statement sent whole over JDBC, `;` and all, as BI tools send it."""
+def test_sql_server_speaks_tls_1_2_or_later_only_with_a_certificate_for_its_host(
+    sql_server: Server,
+) -> None:
+    trusting = ssl.create_default_context(cafile=str(sql_server.tls.ca_file))
+    address = ("127.0.0.1", sql_server.port)
+    with (
+        socket.create_connection(address, timeout=30) as raw,
+        trusting.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.check_hostname, old.verify_mode = False, ssl.CERT_NONE
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")  # this client would speak TLS 1.1: the server not
+    old.minimum_version = old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with (
+        socket.create_connection(address, timeout=30) as raw,
+        pytest.raises((ssl.SSLError, ConnectionError)),
+    ):
+        old.wrap_socket(raw).do_handshake()
+    with socket.create_connection(address, timeout=30) as plain:
+        plain.sendall(b"\x01\x00\x00\x00\x05PLAIN")  # Thrift SASL's start, in plain text
+        answer = plain.recv(64)
+    assert answer == b"" or answer[:1] == b"\x15", answer  # closed, or a TLS alert
+
+
+def sessions(server: Server, folder: Path, cases: Path) -> subprocess.CompletedProcess[str]:
+    """Each case a session of its own: Hive's JDBC driver, or a raw Thrift client."""
     secret = folder / "password"
     secret.write_text(PASSWORD)
     secret.chmod(0o600)
     jars = Path(pyspark.__file__).parent / "jars" / "*"
-    client = Path(__file__).parents[1] / "jdbc" / "OneStatement.java"
+    client = Path(__file__).parents[1] / "jdbc" / "Sessions.java"
     url = jdbc_url("127.0.0.1", server.port, server.tls)
+    tls = [str(server.tls.truststore), TRUSTSTORE_PASSWORD]
+    login = ["127.0.0.1", str(server.port), *tls, "analyst", str(secret)]
     return subprocess.run(
-        ["java", "-cp", str(jars), str(client), url, "analyst", str(secret), statement],
+        ["java", "-cp", str(jars), str(client), url, *login, str(cases)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
 
 

@@ -20,6 +20,7 @@ from lakehouse.ops.sql import (
     split_statements,
 )
 from lakehouse.runtime.spark import secret
+from lakehouse.services.tls import subject_names
 
 
 def test_a_script_splits_at_semicolons_outside_quotes_and_comments() -> None:
@@ -71,8 +72,7 @@ def test_a_user_is_admitted_by_the_password_the_servers_environment_holds(
     properties = authenticator_properties(_sql(host="0.0.0.0", user="analyst"))
     assert conf == {"spark.hadoop.hive.server2.authentication": "CUSTOM"}
     assert properties == {
-        "hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator",
-        "lakehouse.sql.user": "analyst",
+        "hive.server2.custom.authentication.class": "lakehouse.sql.PasswordAuthenticator"
     }
 
 
@@ -82,6 +82,23 @@ def test_statements_reach_the_guard_as_written_and_never_as_a_script() -> None:
     assert conf["spark.sql.variable.substitute"] == "false"
     assert conf["spark.sql.scripting.enabled"] == "false"
     assert "lakehouse.sql.ReadOnlyExtension" in conf["spark.sql.extensions"]
+
+
+def test_the_server_opens_nothing_beside_its_port_and_substitutes_nothing_a_client_sends() -> None:
+    conf = session_conf(allow_writes=False, sql=_sql(), server_port=10000)
+    assert conf["spark.ui.enabled"] == conf["spark.ui.killEnabled"] == "false"
+    assert conf["spark.hadoop.hive.variable.substitute"] == "false"
+    restricted = conf["spark.hadoop.hive.conf.restricted.list"].split(",")
+    assert {"hive.variable.substitute", "hive.conf.restricted.list"} <= set(restricted)
+    blocked = conf["spark.hadoop.hive.ssl.protocol.blacklist"].split(",")
+    assert {"SSLv3", "TLSv1", "TLSv1.1"} <= set(blocked) and "TLSv1.2" not in blocked
+
+
+def test_a_certificate_names_the_host_its_server_listens_on() -> None:
+    assert subject_names("db.example").endswith(",DNS:db.example")
+    assert subject_names("10.0.0.5").endswith(",IP:10.0.0.5")
+    assert subject_names("0.0.0.0") == subject_names() == subject_names("127.0.0.1")
+    assert subject_names().startswith("DNS:localhost,IP:127.0.0.1,DNS:")
 
 
 def test_beyond_loopback_the_server_speaks_tls_with_a_key_made_at_its_first_start(

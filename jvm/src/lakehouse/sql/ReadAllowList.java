@@ -13,18 +13,25 @@ import org.apache.spark.sql.catalyst.analysis.LocalTempView$;
 import org.apache.spark.sql.catalyst.analysis.ResolvedNamespace;
 import org.apache.spark.sql.catalyst.analysis.ResolvedPersistentView;
 import org.apache.spark.sql.catalyst.analysis.ResolvedTable;
+import org.apache.spark.sql.catalyst.TableIdentifier;
 import org.apache.spark.sql.catalyst.catalog.CatalogTable;
+import org.apache.spark.sql.catalyst.expressions.AttributeReference;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.MetadataAttribute$;
 import org.apache.spark.sql.catalyst.expressions.ExpressionInfo;
 import org.apache.spark.sql.catalyst.expressions.SubqueryExpression;
 import org.apache.spark.sql.catalyst.plans.logical.Command;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.plans.logical.Repartition;
+import org.apache.spark.sql.catalyst.plans.logical.RepartitionByExpression;
+import org.apache.spark.sql.catalyst.plans.logical.UnionLoop;
 import org.apache.spark.sql.catalyst.plans.logical.View;
 import org.apache.spark.sql.execution.command.CreateViewCommand;
 import org.apache.spark.sql.execution.command.DescribeQueryCommand;
 import org.apache.spark.sql.execution.command.ExplainCommand;
 import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
+import org.apache.spark.sql.catalyst.plans.logical.Range;
 
 import scala.Option;
 import scala.Tuple2;
@@ -48,7 +55,18 @@ final class ReadAllowList {
       "LocalLimit", "Offset", "Tail", "Union", "Intersect", "Except", "Distinct", "Deduplicate",
       "SubqueryAlias", "WithCTE", "CTERelationDef", "CTERelationRef", "UnionLoop",
       "UnionLoopRef", "Generate", "Expand", "Sample", "Repartition", "RepartitionByExpression",
-      "RebalancePartitions", "LocalRelation", "OneRowRelation", "Range");
+      "RebalancePartitions", "LocalRelation", "OneRowRelation", "Range", "ResolvedInlineTable");
+
+  /** The deepest a recursive CTE may go: Spark's own default, which no client may raise. */
+  static final int MAX_RECURSION = 100;
+
+  /**
+   * Aggregates whose state grows with their input (every value, or every distinct one) or with
+   * an argument (a sketch's width): one group could hold a table in the server's memory.
+   */
+  private static final Set<String> UNBOUNDED_AGGREGATES = new HashSet<>(Arrays.asList(
+      "CollectList", "CollectSet", "ListAgg", "Percentile", "PercentileCont", "PercentileDisc",
+      "Median", "Mode", "HistogramNumeric", "CountMinSketchAgg", "BloomFilterAggregate"));
 
   /**
    * Statements that show what the lake holds: each names a table, view or database, judged
@@ -106,15 +124,6 @@ final class ReadAllowList {
           "TryEval", "TypedNullLiteral", "With", "CommonExpressionDef", "CommonExpressionRef"),
       names(EXPRESSIONS + "aggregate.", "AggregateExpression", "PivotFirst"));
 
-  /**
-   * Settings `SET key=value` may change: how a query computes or shows its result. Not the
-   * broadcast threshold: a broadcast is built in the server, so raising it lifts a bound.
-   */
-  static final Set<String> SETTABLE = Collections.unmodifiableSet(new TreeSet<>(Arrays.asList(
-      "spark.sql.session.timeZone", "spark.sql.ansi.enabled", "spark.sql.shuffle.partitions",
-      "spark.sql.adaptive.enabled", "spark.sql.legacy.timeParserPolicy", "spark.sql.caseSensitive", "spark.sql.timestampType",
-      "spark.sql.datetime.java8API.enabled", "spark.sql.decimalOperations.allowPrecisionLoss")));
-
   private static final Set<String> EXPRESSION_CLASSES;
 
   static {
@@ -129,6 +138,15 @@ final class ReadAllowList {
       }
     }
     EXPRESSION_CLASSES = Collections.unmodifiableSet(allowed);
+  }
+
+  /** Whether an expression's class is one downstream SQL may compute with. */
+  static boolean allowedExpression(Expression expression) {
+    return allowedExpressionClass(expression.getClass().getName());
+  }
+
+  static boolean allowedExpressionClass(String className) {
+    return EXPRESSION_CLASSES.contains(className);
   }
 
   private static final String READS = "downstream SQL reads the lake's tables by name, with "
@@ -147,7 +165,7 @@ final class ReadAllowList {
     String cls = node.getClass().getName();
     String refused;
     if (QUERY_NODES.contains(cls)) {
-      refused = null;
+      refused = sizeKnobs(node);
     } else if (node instanceof LogicalRelation) {
       refused = relation((LogicalRelation) node);
     } else if (node instanceof View) {
@@ -190,8 +208,52 @@ final class ReadAllowList {
     return null;
   }
 
+  /** The partitions and recursion a query node asks for, within the bounds of one statement. */
+  private static String sizeKnobs(LogicalPlan node) {
+    long partitions = 0;
+    String what = null;
+    if (node instanceof Range && ((Range) node).numSlices().isDefined()) {
+      partitions = ((Number) ((Range) node).numSlices().get()).longValue();
+      what = "range's slices";
+    } else if (node instanceof Repartition) {
+      partitions = ((Repartition) node).numPartitions();
+      what = "a REPARTITION or COALESCE";
+    } else if (node instanceof RepartitionByExpression
+        && ((RepartitionByExpression) node).optNumPartitions().isDefined()) {
+      partitions = ((Number) ((RepartitionByExpression) node).optNumPartitions().get()).longValue();
+      what = "a REPARTITION";
+    } else if (node instanceof UnionLoop) {
+      UnionLoop loop = (UnionLoop) node;
+      if (loop.maxDepth().isDefined()
+          && ((Number) loop.maxDepth().get()).longValue() > MAX_RECURSION) {
+        return "MAX RECURSION LEVEL " + loop.maxDepth().get() + " is refused: downstream SQL "
+            + "recurses at most " + MAX_RECURSION + " levels";
+      }
+      String growing = ValueBounds.growing(loop.recursion());
+      if (growing != null) {
+        return growing + " in a recursive CTE's step is refused: the value would grow with "
+            + "each level";
+      }
+    }
+    if (partitions > ClientSettings.MAX_PARTITIONS) {
+      return what + " of " + String.format("%,d", partitions) + " partitions is refused: one "
+          + "statement may ask for at most " + ClientSettings.MAX_PARTITIONS;
+    }
+    return null;
+  }
+
   private String expression(Expression expression) {
     String cls = expression.getClass().getName();
+    if (expression instanceof AttributeReference
+        && MetadataAttribute$.MODULE$.isValid(((AttributeReference) expression).metadata())) {
+      return "the column " + ((AttributeReference) expression).name() + " is refused like "
+          + "input_file_name(): downstream SQL does not say where a table's files are";
+    }
+    if (UNBOUNDED_AGGREGATES.contains(expression.getClass().getSimpleName())) {
+      return "the aggregate " + ReadOnlyNames.function(expression) + " is refused: its state "
+          + "grows with the rows it reads; use approx_percentile, approx_count_distinct, "
+          + "count or max_by";
+    }
     if (!EXPRESSION_CLASSES.contains(cls)) {
       return "the function " + ReadOnlyNames.function(expression)
           + " is not allowed in downstream SQL: only built-in functions that compute on values are";
@@ -269,6 +331,10 @@ final class ReadAllowList {
     if (node instanceof SetCommand) {
       return settable((SetCommand) node);
     }
+    String outside = databasesNamed(node);
+    if (outside != null) {
+      return outside;
+    }
     if (node instanceof ExplainCommand) {
       return plan(ReadOnlyExtension.analyze(session, ((ExplainCommand) node).logicalPlan()));
     }
@@ -311,17 +377,52 @@ final class ReadAllowList {
     return "DESCRIBE HISTORY of an unknown table is refused; " + READS;
   }
 
-  /** SET key=value of a key in {@link #SETTABLE}; SET, SET -v and SET key only read. */
+  /**
+   * The databases a v1 metadata command names in its fields (a table's identifier, or a
+   * database by name; none: the current one), each the lake's, or the refusal.
+   */
+  private String databasesNamed(LogicalPlan node) {
+    for (int i = 0; i < node.productArity(); i++) {
+      Object field = node.productElement(i);
+      String named = node.productElementName(i).toLowerCase(Locale.ROOT);
+      Option<?> database;
+      if (field instanceof TableIdentifier) {
+        database = ((TableIdentifier) field).database();
+      } else if (named.contains("database") || named.equals("db")) {
+        database = field instanceof Option ? (Option<?>) field : Option.apply(field);
+      } else {
+        continue;
+      }
+      String name = database.isDefined() ? String.valueOf(database.get())
+          : session.sessionState().catalog().getCurrentDatabase();
+      if (!lake.contains(name.toLowerCase(Locale.ROOT))
+          && !(field instanceof TableIdentifier && database.isEmpty() && temporary(field))) {
+        return "the database " + name + " " + "is outside the lake's (" + String.join(", ", lake)
+            + "); " + READS;
+      }
+    }
+    return null;
+  }
+
+  private boolean temporary(Object table) {
+    return session.sessionState().catalog().isTempView((TableIdentifier) table);
+  }
+
+  /**
+   * SET key=value of a key and value {@link ClientSettings} allows, and SET key of such a key.
+   * SET and SET -v never reach here: the parser answers them with the settable keys alone.
+   */
   private static String settable(SetCommand set) {
     Option<Tuple2<String, Option<String>>> kv = set.kv();
-    if (kv.isEmpty() || kv.get()._2().isEmpty()) {
+    if (kv.isEmpty()) {
       return null;
     }
     String key = kv.get()._1().trim();
-    if (SETTABLE.contains(key)) {
-      return null;
+    if (kv.get()._2().isEmpty()) {
+      return ClientSettings.KEYS.contains(key) ? null : "SET " + key + " is refused: a session "
+          + "may see and set only " + String.join(", ", ClientSettings.KEYS);
     }
-    return "SET " + key + " is refused: downstream SQL may set only " + String.join(", ", SETTABLE);
+    return ClientSettings.refusal(key, kv.get()._2().get());
   }
 
   private boolean inTheLake(Option<String> database) {

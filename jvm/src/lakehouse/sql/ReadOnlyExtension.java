@@ -4,26 +4,31 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashSet;
 import java.util.List;
-import java.util.Map;
 import java.util.Locale;
 import java.util.Set;
 
-import org.apache.hadoop.hive.ql.session.SessionState;
+import org.apache.spark.internal.config.ConfigEntry;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.SparkSessionExtensions;
 import org.apache.spark.sql.catalyst.FunctionIdentifier;
+import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.QueryPlanningTracker;
 import org.apache.spark.sql.catalyst.TableIdentifier;
 import org.apache.spark.sql.catalyst.expressions.Expression;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.parser.ParameterContext;
 import org.apache.spark.sql.catalyst.parser.ParseException;
 import org.apache.spark.sql.catalyst.parser.ParserInterface;
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.util.StringUtils$;
 import org.apache.spark.sql.exceptions.SqlScriptingException;
+import org.apache.spark.sql.execution.command.SetCommand;
 import org.apache.spark.sql.execution.command.ShowNamespacesCommand;
+import org.apache.spark.sql.internal.SQLConf$;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
 
 import scala.Option;
 import scala.collection.immutable.Seq;
@@ -41,8 +46,9 @@ import scala.runtime.BoxedUnit;
  * a client cannot switch the guard off.
  *
  * <p>Each statement parsed from SQL text, whatever path brought it (a client, the Thrift
- * server's {@code use:database}, {@code EXECUTE IMMEDIATE}'s string), is analyzed at once and
- * its analyzed plan judged by {@link ReadAllowList} before the parser hands it to Spark: every
+ * server's {@code use:database}, {@code EXECUTE IMMEDIATE}'s string), is judged as parsed by
+ * {@link BeforeAnalysis} (what the analyzer would evaluate), then analyzed at once and its
+ * analyzed plan judged by {@link ReadAllowList} before the parser hands it to Spark: every
  * plan node and every expression must be of a class on the list. Judging the analyzed plan
  * means names computed by {@code IDENTIFIER(...)}, views and substituted parameters are judged
  * as what they resolve to. Judging at the parser, not in a check rule, means only statements
@@ -108,10 +114,6 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
         throw refusal("${...} is refused: downstream SQL substitutes no variables (they would "
             + "read the server's settings and environment)");
       }
-      String elsewhere = settingsFromElsewhere();
-      if (elsewhere != null) {
-        throw refusal(elsewhere);
-      }
       LogicalPlan parsed;
       try {
         parsed = parameters == null ? parser.parsePlan(sqlText)
@@ -126,7 +128,11 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
       if (parsed.getClass().getSimpleName().startsWith("Compound")) {
         throw refusal(SCRIPTS);
       }
-      LogicalPlan statement = onlyTheLakesDatabases(parsed);
+      String early = BeforeAnalysis.refusal(parsed);
+      if (early != null) {
+        throw refusal(early);
+      }
+      LogicalPlan statement = onlyTheSettableSettings(onlyTheLakesDatabases(parsed));
       LogicalPlan analyzed = analyze(session, statement);
       String refused = new ReadAllowList(session, lake(session)).plan(analyzed);
       if (refused != null) {
@@ -147,6 +153,36 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
       // An empty alternative matches no database: a pattern the lake does not meet lists none.
       String pattern = shown.isEmpty() ? "" : shown.mkString("|");
       return new ShowNamespacesCommand(show.child(), Option.apply(pattern), show.output());
+    }
+
+    /**
+     * SET and SET -v list the settings a session may set, with their values (and, for -v,
+     * what each means), never the server's: those may hold what no client should read.
+     */
+    private LogicalPlan onlyTheSettableSettings(LogicalPlan parsed) {
+      if (!(parsed instanceof SetCommand)) {
+        return parsed;
+      }
+      SetCommand set = (SetCommand) parsed;
+      boolean verbose = set.kv().isDefined() && set.kv().get()._1().trim().equals("-v")
+          && set.kv().get()._2().isEmpty();
+      if (set.kv().isDefined() && !verbose) {
+        return parsed;
+      }
+      List<InternalRow> rows = new ArrayList<>();
+      for (String key : ClientSettings.KEYS) {
+        String value = session.sessionState().conf().getConfString(key, "<undefined>");
+        List<Object> cells = new ArrayList<>(Arrays.asList(
+            UTF8String.fromString(key), UTF8String.fromString(value)));
+        if (verbose) {
+          ConfigEntry<?> entry = SQLConf$.MODULE$.getConfigEntry(key);
+          cells.add(UTF8String.fromString(entry == null ? "" : entry.doc()));
+          cells.add(UTF8String.fromString(entry == null ? "" : entry.version()));
+        }
+        rows.add(new GenericInternalRow(cells.toArray()));
+      }
+      return new LocalRelation(set.output(), CollectionConverters.asScala(rows).toSeq(), false,
+          Option.empty());
     }
 
     @Override
@@ -212,39 +248,5 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
   static LogicalPlan analyze(SparkSession session, LogicalPlan plan) {
     return session.sessionState().analyzer()
         .executeAndCheck(plan, new QueryPlanningTracker(Option.empty()));
-  }
-
-  /** What HiveServer2 and its JDBC client set in every session they open, for themselves. */
-  private static final Set<String> HIVE_SESSION_SETTINGS = new LinkedHashSet<>(Arrays.asList(
-      "hive.server2.custom.authentication.class",
-      "hive.server2.thrift.resultset.default.fetch.size"));
-
-  /**
-   * The settings a JDBC client opened this session with ({@code ?key=value} and
-   * {@code #key=value} in its URL), which the Thrift server applies to the Spark session
-   * directly, past SET: HiveServer2 attaches the client's session to the thread that runs its
-   * statements. Null outside the Thrift server, or when each is one a SET may change.
-   */
-  static String settingsFromElsewhere() {
-    SessionState client = SessionState.get();
-    if (client == null) {
-      return null;
-    }
-    List<String> found = new ArrayList<>();
-    for (Map<String, String> settings : Arrays.asList(
-        client.getOverriddenConfigurations(), client.getHiveVariables())) {
-      for (String key : settings.keySet()) {
-        if (!ReadAllowList.SETTABLE.contains(key) && !HIVE_SESSION_SETTINGS.contains(key)) {
-          found.add(key);
-        }
-      }
-    }
-    if (found.isEmpty()) {
-      return null;
-    }
-    java.util.Collections.sort(found);
-    return "this session was opened with settings from its connection's URL ("
-        + String.join(", ", found) + "); connect without them: a session may change only "
-        + String.join(", ", ReadAllowList.SETTABLE) + ", with SET";
   }
 }

@@ -8,9 +8,11 @@ import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
+import org.apache.spark.sql.catalyst.expressions.ArrayAggregate;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.LambdaFunction;
 import org.apache.spark.sql.catalyst.expressions.RuntimeReplaceable;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DateType$;
 import org.apache.spark.sql.types.TimestampNTZType$;
@@ -35,9 +37,21 @@ final class ValueBounds {
   /** What a string from a column is taken to hold when a count multiplies it. */
   static final long COLUMN_CHARS = 1024L;
 
-  private static final Set<String> SIZED = new HashSet<>(Arrays.asList(
+  /** The most decimal places format_number may print. */
+  static final long MAX_DECIMALS = 1000L;
+
+  static final Set<String> SIZED = new HashSet<>(Arrays.asList(
       "Sequence", "StringRepeat", "ArrayRepeat", "StringLPad", "StringRPad", "StringSpace",
-      "RandStr", "FormatString"));
+      "RandStr", "FormatString", "ArrayInsert", "FormatNumber", "StringReplace"));
+
+  /**
+   * Functions whose value may be larger than each of their arguments: harmless once, but applied
+   * again to their own result (a recursive CTE's step, aggregate's merge) they grow without bound.
+   */
+  private static final Set<String> GROWING = new HashSet<>(Arrays.asList(
+      "Concat", "ConcatWs", "ArrayAppend", "ArrayPrepend", "ArrayUnion", "ArrayInsert",
+      "Flatten", "MapConcat", "StringReplace", "Overlay", "StringRepeat", "ArrayRepeat",
+      "StringLPad", "StringRPad", "Sequence", "FormatString", "ArraysZip", "ArrayJoin"));
 
   private static final double DAY = 86_400_000_000.0;
   private static final Pattern WIDTH = Pattern.compile("%[^a-zA-Z%]*");
@@ -50,9 +64,53 @@ final class ValueBounds {
     return walk(expression, false, new ArrayList<>());
   }
 
+  /** The first function of a plan or an expression that may grow a value, or null. */
+  static String growing(Object tree) {
+    if (tree instanceof LogicalPlan) {
+      LogicalPlan plan = (LogicalPlan) tree;
+      for (Iterator<?> parts = plan.expressions().iterator(); parts.hasNext(); ) {
+        String found = growing(parts.next());
+        if (found != null) {
+          return found;
+        }
+      }
+      for (Iterator<?> parts = plan.children().iterator(); parts.hasNext(); ) {
+        String found = growing(parts.next());
+        if (found != null) {
+          return found;
+        }
+      }
+      return null;
+    }
+    Expression expression = (Expression) tree;
+    if (GROWING.contains(expression.getClass().getSimpleName())) {
+      return expression.prettyName();
+    }
+    for (Iterator<?> parts = expression.children().iterator(); parts.hasNext(); ) {
+      String found = growing(parts.next());
+      if (found != null) {
+        return found;
+      }
+    }
+    return null;
+  }
+
   /** Children first: a bounded function's literal arguments hold no sized function when read. */
   private static String walk(Expression expression, boolean inLambda, List<String> sized) {
     boolean lambda = inLambda || expression instanceof LambdaFunction;
+    if (expression instanceof ArrayAggregate) {
+      String grows = growing(((ArrayAggregate) expression).merge());
+      if (grows != null) {
+        return grows + " in aggregate's merge function is refused: the value would grow with "
+            + "each element";
+      }
+    }
+    if (expression.getClass().getSimpleName().equals("Stack")) {
+      String refused = stack(expression);
+      if (refused != null) {
+        return refused;
+      }
+    }
     Iterator<Expression> children = expression.children().iterator();
     while (children.hasNext()) {
       String refused = walk(children.next(), lambda, sized);
@@ -64,6 +122,9 @@ final class ValueBounds {
       return null;
     }
     String name = expression.prettyName();
+    if (expression.getClass().getSimpleName().equals("FormatNumber")) {
+      return bound(expression, name); // its value is short whatever it is given: it multiplies nothing
+    }
     if (!sized.isEmpty()) {
       return name + " with " + sized.get(0) + " in one expression is refused: the size of one "
           + "value would multiply; downstream SQL allows one of " + names() + " per expression";
@@ -85,10 +146,19 @@ final class ValueBounds {
     if (kind.equals("Sequence")) {
       return sequence(args, name);
     }
+    if (kind.equals("StringReplace")) {
+      // Each character of the string may become the whole replacement.
+      return atMost(name, "its string's length times its replacement's",
+          product(chars(args.get(0)), Math.max(1, chars(args.get(2)))), MAX_CHARS);
+    }
     if (kind.equals("FormatString")) {
       return format(args.get(0), name);
     }
     Expression size = literal(args.get(kind.equals("StringSpace") || kind.equals("RandStr") ? 0 : 1));
+    if (kind.equals("FormatNumber") && size != null
+        && !(size.dataType() instanceof org.apache.spark.sql.types.IntegralType)) {
+      return null; // a pattern of the statement's own text, no longer than it
+    }
     if (size == null) {
       return name + " with a size from a column is refused: downstream SQL bounds it by a "
           + "literal, so that one value cannot take the server's memory";
@@ -103,6 +173,11 @@ final class ValueBounds {
         String refused = atMost(name, "its count", count, MAX_ELEMENTS);
         return refused != null ? refused : atMost(name, "its count times its element's size",
             product(count, chars(args.get(0))), MAX_ARRAY_CHARS);
+      case "ArrayInsert": // a position past the end pads the array with nulls up to it
+        return atMost(name, "its position",
+            value == null ? 0 : Math.abs(((Number) value).longValue()), MAX_ELEMENTS);
+      case "FormatNumber":
+        return atMost(name, "its decimal places", count, MAX_DECIMALS);
       default: // lpad, rpad, space, randstr: a length
         return atMost(name, "its length", count, MAX_CHARS);
     }
@@ -215,7 +290,24 @@ final class ValueBounds {
         + "server's memory";
   }
 
+  /** stack(n, ...) makes n rows: no more than the values it is given. */
+  private static String stack(Expression expression) {
+    Expression rows = literal(expression.children().head());
+    if (rows == null) {
+      return "stack with a count from a column is refused";
+    }
+    Object value = rows.eval(null);
+    long count = value == null ? 0 : ((Number) value).longValue();
+    long values = expression.children().size() - 1;
+    if (count <= Math.max(1, values)) {
+      return null;
+    }
+    return "stack of " + String.format("%,d", count) + " rows from " + values + " values is "
+        + "refused: it may make at most as many rows as it is given values";
+  }
+
   private static String names() {
-    return "sequence, repeat, array_repeat, lpad, rpad, space, randstr and format_string";
+    return "sequence, repeat, array_repeat, lpad, rpad, space, randstr, format_string, "
+        + "array_insert, format_number and replace";
   }
 }
