@@ -171,7 +171,7 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
       }
       List<InternalRow> rows = new ArrayList<>();
       for (String key : ClientSettings.KEYS) {
-        String value = session.sessionState().conf().getConfString(key, "<undefined>");
+        String value = session.sessionState().conf().getConfString(key); // set, or the default
         List<Object> cells = new ArrayList<>(Arrays.asList(
             UTF8String.fromString(key), UTF8String.fromString(value)));
         if (verbose) {
