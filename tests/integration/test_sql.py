@@ -299,7 +299,7 @@ SESSIONS = [
     # statements sent whole, as BI tools send them; then the server still admits and answers
     ("url", "", f"BEGIN SELECT java_method({JVM_CALL}); END", "read-only: SQL scripting"),
     ("url", "?spark.sql.session.timeZone=UTC", "SET spark.sql.session.timeZone", ",UTC$"),
-    ("url", "", "SET -v", "^spark.sql.adaptive.enabled,true,When true, enable adaptive"),
+    ("url", "", "SET -v", "^spark.sql.adaptive.enabled,(true|false),When true, enable"),
     ("password", "guess", "SELECT 1", "ERR .*Error validating the login"),
     ("url", "", "SELECT 'still answering'", "^still answering$"),
 ]
