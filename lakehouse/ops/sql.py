@@ -33,6 +33,9 @@ from lakehouse.storage.catalog import LAYERS
 
 FORMATS = ("table", "csv", "json")
 
+LOCATION_PATTERN = r"(?i)\b(file|s3a?|s3n|hdfs|abfss?|gs|wasbs?):/[^\s,\])]*"
+"""A file's URI in the text Spark prints of a plan, which it redacts."""
+
 HIVE_RESTRICTED = (
     "hive.conf.restricted.list",
     "hive.variable.substitute",
@@ -73,6 +76,8 @@ def session_conf(
         # kill links, over plain HTTP on every interface (Spark binds it to SPARK_LOCAL_IP).
         "spark.ui.enabled": "false",
         "spark.ui.killEnabled": "false",
+        # EXPLAIN would print each scan's files (`Location: ...[file:/lake/gold/x]`).
+        "spark.sql.redaction.string.regex": LOCATION_PATTERN,
     }
     if server_port is not None:
         # The server's handler threads load classes through the system class loader, which

@@ -58,6 +58,7 @@ OUTSIDE = "is outside the lake's"
 JVM_CALL = "'java.lang.System', 'getenv', 'PROBE_SECRET'"
 MEMORY = "so that one value cannot take the server's memory"
 BEFORE = "Spark evaluates it before the statement is judged"
+FILES = "is refused like input_file_name\\(\\): it says where the lake's files are"
 PARTITIONS = "partitions is refused: one statement may ask for at most 1000"
 COLLECTS = "is refused: its state grows with the rows it reads"
 
@@ -73,7 +74,7 @@ HOSTILE = [
     ("SELECT (SELECT count(*) FROM text.`/etc/passwd`)", BY_PATH),
     ("SELECT * FROM gold.leak", f"reading Text `file:/etc/hostname` {BY_PATH}"),
     ("DESCRIBE HISTORY delta.`{gold}`", "DESCRIBE HISTORY of a table by path is refused"),
-    ("DESCRIBE DETAIL '{gold}'", f"the database delta {OUTSIDE}"),
+    ("DESCRIBE DETAIL '{gold}'", FILES),
     # the JVM and the shell
     (
         f"SELECT reflect({JVM_CALL})",
@@ -104,10 +105,15 @@ HOSTILE = [
     ("SHOW TABLE EXTENDED IN default LIKE '*'", f"the database default {OUTSIDE}"),
     ("SHOW VIEWS IN default", f"the database default {OUTSIDE}"),
     ("SHOW COLUMNS IN outside IN default", OUTSIDE),
-    ("DESCRIBE DATABASE default", OUTSIDE),
+    ("DESCRIBE DATABASE default", f"DESCRIBE NAMESPACE .*{FILES}"),
+    ("DESCRIBE DATABASE gold", f"DESCRIBE NAMESPACE .*{FILES}"),
     # where the lake's files are
     ("SELECT _metadata.file_path FROM gold.sensor_daily", "_metadata is refused like input_file"),
     ("SELECT _metadata FROM gold.sensor_hourly", "refused like input_file_name()"),
+    ("DESCRIBE TABLE EXTENDED gold.sensor_hourly", f"EXTENDED {FILES}"),
+    ("DESCRIBE DETAIL gold.sensor_daily", FILES),
+    ("SHOW CREATE TABLE gold.plain", FILES),  # a Delta table: Delta refuses it itself
+    ("SHOW TABLE EXTENDED IN gold LIKE '*'", f"EXTENDED {FILES}"),
     ("SELECT * FROM default.outside", OUTSIDE),
     ("SELECT * FROM gold.plain", "a parquet table, not one of the lake's Delta tables"),
     # writes and DDL
@@ -220,7 +226,7 @@ ALLOWED = [
     "SELECT n FROM gold.sensor_daily d JOIN LATERAL (SELECT d.updates + 1 AS n)",
     "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT * FROM r",
     "SELECT * FROM gold.sensor_daily TABLESAMPLE (50 PERCENT)",
-    "DESCRIBE TABLE EXTENDED gold.sensor_hourly",
+    "DESCRIBE TABLE gold.sensor_hourly",
     "DESCRIBE HISTORY gold.sensor_hourly",
     "SHOW TABLES IN gold",
     "SHOW DATABASES",
@@ -441,6 +447,8 @@ def test_sql_answers_analysts_and_refuses_each_hostile_statement_in_one_line(
     shown = re.findall(r"^(spark\.\S+) +\|", ran.stdout, re.MULTILINE)  # SET, SET -v, SET key
     assert "spark.sql.session.timeZone" in shown and set(shown) <= SETTABLE, set(shown) - SETTABLE
     assert not [p for p in PROBES if p in ran.stdout + ran.stderr]
+    lake = gold_lake.gold_path.removeprefix("file://").rsplit("/gold/", 1)[0]
+    assert "PreparedDeltaFileIndex" in ran.stdout and lake not in ran.stdout  # EXPLAIN's too
     assert spark.table("gold.sensor_daily").count() == daily
     assert spark.catalog.tableExists("gold.sensor_hourly")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -81,6 +82,9 @@ def test_statements_reach_the_guard_as_written_and_never_as_a_script() -> None:
     assert conf["spark.lakehouse.sql.readOnly"] == "true"
     assert conf["spark.sql.variable.substitute"] == "false"
     assert conf["spark.sql.scripting.enabled"] == "false"
+    scan = "Location: PreparedDeltaFileIndex(1 paths)[file:/lake/gold/x, s3a://bucket/gold/y]"
+    hidden = re.sub(conf["spark.sql.redaction.string.regex"], "*", scan)
+    assert hidden == "Location: PreparedDeltaFileIndex(1 paths)[*, *]"
     assert "lakehouse.sql.ReadOnlyExtension" in conf["spark.sql.extensions"]
 
 

@@ -85,6 +85,11 @@ final class ReadAllowList {
       names("org.apache.spark.sql.delta.commands.", "DescribeDeltaHistoryCommand",
           "DescribeDeltaDetailCommand", "ShowDeltaTableColumnsCommand"));
 
+  /** Metadata statements whose answer says where a table's or a database's files are. */
+  private static final Set<String> LOCATIONS = new HashSet<>(Arrays.asList(
+      "ShowCreateTable", "ShowCreateTableCommand", "ShowCreateTableAsSerdeCommand",
+      "DescribeDeltaDetailCommand", "DescribeNamespace", "DescribeDatabaseCommand"));
+
   /** The resolved names metadata statements point at: judged as the lake's, or refused. */
   private static final Set<String> RESOLVED_NAMES = names(
       "org.apache.spark.sql.catalyst.analysis.", "ResolvedTable", "ResolvedNamespace",
@@ -174,6 +179,9 @@ final class ReadAllowList {
       refused = resolvedName(node);
     } else if (METADATA.contains(cls)) {
       refused = metadata(node);
+      if (refused == null) {
+        refused = namesFiles(node);
+      }
       if (refused != null || cls.endsWith("ShowNamespacesCommand")) {
         return refused; // its root namespace child: the statement lists the lake's only
       }
@@ -375,6 +383,22 @@ final class ReadAllowList {
       }
     }
     return "DESCRIBE HISTORY of an unknown table is refused; " + READS;
+  }
+
+  /** A statement that would print the lake's paths, refused as input_file_name() is. */
+  private static String namesFiles(LogicalPlan node) {
+    boolean extended = false;
+    for (int i = 0; i < node.productArity(); i++) {
+      extended |= node.productElementName(i).equals("isExtended")
+          && Boolean.TRUE.equals(node.productElement(i));
+    }
+    String simple = node.getClass().getSimpleName();
+    if (!extended && !LOCATIONS.contains(simple)) {
+      return null;
+    }
+    return ReadOnlyNames.statement(node) + (extended ? " EXTENDED" : "") + " is refused like "
+        + "input_file_name(): it says where the lake's files are; DESCRIBE TABLE, SHOW TABLES "
+        + "and DESCRIBE HISTORY say what a table holds";
   }
 
   /**
