@@ -187,11 +187,12 @@ def sessions(draw: st.DrawFn) -> list[Record]:
     records=sessions(),
     mode=st.sampled_from([Mode.STRICT, Mode.ORDERED, Mode.WINDOW, Mode.ONCE]),
     cut=st.integers(0, 25),
+    max_rows=st.sampled_from([2, 3, 1_000_000]),
 )
 def test_the_fast_path_gives_what_the_state_machine_gives_record_by_record(
-    records: list[Record], mode: Mode, cut: int
+    records: list[Record], mode: Mode, cut: int, max_rows: int
 ) -> None:
-    machine = SessionMachine(mode, Policy.QUARANTINE, window=3)
+    machine = SessionMachine(mode, Policy.QUARANTINE, window=3, max_rows=max_rows)
     fast, slow = SessionState("s1"), SessionState("s1")
     for part in (records[:cut], records[cut:]):
         if not part:
