@@ -208,7 +208,6 @@ def ingest(
         root / "lake",
         bootstrap,
         kafka__topic_prefix=prefix,
-        silver__max_files_per_trigger="40",
         **memory,
     )
     spec = replace(spec, topic_prefix=prefix)
@@ -414,9 +413,7 @@ class _HeldInADict:
 
 
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
-    fresh = run_settings(
-        root, silver__max_files_per_trigger=str(settings.silver.max_files_per_trigger)
-    )
+    fresh = run_settings(root)  # a new checkpoint: all of bronze in its first batch
     # silver reads bronze under its own root: point it at the shared bronze table
     bronze = Path(settings.storage.table_uri("bronze.sensor_records").removeprefix("file://"))
     (root / "bronze").mkdir(parents=True)

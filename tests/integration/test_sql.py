@@ -112,7 +112,7 @@ HOSTILE = [
     ("SELECT _metadata FROM gold.sensor_hourly", "refused like input_file_name()"),
     ("DESCRIBE TABLE EXTENDED gold.sensor_hourly", f"EXTENDED {FILES}"),
     ("DESCRIBE DETAIL gold.sensor_daily", FILES),
-    ("SHOW CREATE TABLE gold.plain", FILES),  # a Delta table: Delta refuses it itself
+    ("SHOW CREATE TABLE gold.plain", FILES),  # parquet: of a Delta table, Delta refuses it
     ("SHOW TABLE EXTENDED IN gold LIKE '*'", f"EXTENDED {FILES}"),
     ("SELECT * FROM default.outside", OUTSIDE),
     ("SELECT * FROM gold.plain", "a parquet table, not one of the lake's Delta tables"),
