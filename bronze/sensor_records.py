@@ -191,15 +191,15 @@ def run(
                 recorder.note(txn, input_rows=records)
             after_batch(txn.version, held)
 
-        source = read_kafka(
-            spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
+        source = partial(
+            read_kafka, spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
         )
         interval = settings.bronze.trigger_interval if continuous else None
         recorded = ("bronze", progress_uri)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            source, NAME, checkpoint, write, interval,
+            spark, source, NAME, checkpoint, write, interval,
             progress_to=recorded, stop=stop, written=written,
         )  # fmt: skip
 

@@ -70,14 +70,16 @@ def run(
         # commit: out of Kafka order wherever commits share an instant (S3 keeps seconds)
         # or compaction rewrote old records into new files. Sessions are sorted within a
         # batch only, so a new checkpoint takes all of bronze in its first batch.
-        limited = read_sessions(spark, settings, trace, settings.silver.max_files_per_trigger)
+        limited = partial(
+            read_sessions, spark, settings, trace, settings.silver.max_files_per_trigger
+        )
         whole = partial(read_sessions, spark, settings, trace, 2**31 - 1)
         recorded = ("silver", progress.create(spark, settings.storage, "silver"))
         write = SilverWriter(spark, settings, held, after_batch)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
-            limited, QUERY_NAME, checkpoint, write, interval, whole,
+            spark, limited, QUERY_NAME, checkpoint, write, interval, whole,
             progress_to=recorded, stop=stop, written=written,
         )  # fmt: skip
 

@@ -120,7 +120,7 @@ class SilverWriter:
     def __init__(
         self, spark: SparkSession, settings: Settings, held: Held, after_batch: AfterBatch
     ) -> None:
-        self.held, self.after_batch = held, after_batch
+        self.spark, self.held, self.after_batch = spark, held, after_batch
         self.uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
         # Violations of records read in the JVM get their bytes from bronze, by lineage.
         self.bronze = spark.read.format("delta").load(
@@ -142,13 +142,24 @@ class SilverWriter:
             self.recorder.note(txn, violations=counted.by_reason)
             # Most batches that expire nothing and receive nothing (a batch the watermark
             # ran) have nothing to write: not a job more (a replay finds the same nothing).
-            # A rebuild replaces every table, empty or not.
-            written = {s.name for s in outputs.TABLES if rebuild or counted.rows[s.name]}
-            if written:
+            # A rebuild replaces every table that holds rows, whether it gets any or not.
+            written = {
+                s.name
+                for s in outputs.TABLES
+                if counted.rows[s.name] or (rebuild and self.holds_rows(s.name))
+            }
+            if written or rebuild:  # a rebuild replaces the gate's results too
                 self.write_tables(batch, txn, counted, written)
         finally:
             batch.unpersist()
         self.after_batch(txn.version, self.held)
+
+    def holds_rows(self, name: str) -> bool:
+        """Whether the table `name` (with `silver.session_rows`, the row changes') holds a
+        row, from its log: replacing an empty table with nothing would cost a job and a
+        commit (about a second each on a new lake's empty tables) to change nothing."""
+        held = (name, session_rows.NAME) if name == row_changes.NAME else (name,)
+        return any(delta.latest(self.spark, self.uri[n]).files for n in held)
 
     def write_tables(self, batch: DataFrame, txn: Txn, counted: Tally, written: set[str]) -> None:
         """Judge and write the tables of `written` (with `silver.session_rows` from the row

@@ -54,7 +54,8 @@ class Stream:
 
 
 def run_foreach_batch(
-    frame: DataFrame,
+    spark: SparkSession,
+    frame: Callable[[], DataFrame],
     name: str,
     checkpoint: str,
     write: Callable[[DataFrame, Txn], None],
@@ -64,11 +65,12 @@ def run_foreach_batch(
     stop: threading.Event | None = None,
     written: Sequence[str] = (),
 ) -> RunStats:
-    """Run `frame` into `write` per micro-batch: to the current end of the input
-    (`availableNow`) when `trigger_interval` is None, else every interval until stopped.
-    `unlimited` makes the same query without the source's read limits, which a new
-    checkpoint runs first, to the end of its input: its first batch takes all there is.
-    Made only then: planning the query costs the driver about half a second.
+    """Run the streaming frame `frame` makes into `write` per micro-batch: to the current
+    end of the input (`availableNow`) when `trigger_interval` is None, else every interval
+    until stopped. `unlimited` makes the same query without the source's read limits,
+    which a new checkpoint runs first, to the end of its input: its first batch takes all
+    there is. Each is made only when it runs: planning a query costs the driver up to a
+    second, and a new checkpoint run to the end of its input never needs `frame`'s.
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM).
     `written`: the tables `write` writes under the batch's `Txn`, prepared for the next
@@ -77,7 +79,6 @@ def run_foreach_batch(
     other at once and the last one's would be work for nothing."""
     query_id: list[str] = []
     started = threading.Event()
-    spark = frame.sparkSession
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         started.wait()  # the query id is known only once start() has returned
@@ -95,9 +96,10 @@ def run_foreach_batch(
 
     stats = RunStats()
 
-    def run(source: DataFrame = frame, **trigger: Any) -> RunStats:
+    def run(source: Callable[[], DataFrame] = frame, **trigger: Any) -> RunStats:
         writer = (
-            source.writeStream.queryName(name)
+            source()
+            .writeStream.queryName(name)
             .foreachBatch(write_batch)
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
@@ -116,7 +118,7 @@ def run_foreach_batch(
     # without data that ends what the first batch's watermark made due would wait for the
     # next data (a query restarted has no last batch to ask whether another is needed).
     if unlimited is not None and checkpoint_format(spark, checkpoint) is None:
-        run(unlimited(), availableNow=True)
+        run(unlimited, availableNow=True)
         if stats.stopped or trigger_interval is None:
             return stats
     if trigger_interval is None:

@@ -246,6 +246,10 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
     inspect = run_lakehouse("inspect", "--session", traced, env=env)
     assert inspect.returncode == 0, inspect.stderr[-2000:]
     assert f"{traced}" in inspect.stdout and "1 live sessions" in inspect.stdout
+    # A rebuild without the trace gets no steps: the ones the table held are replaced
+    # all the same (a rebuild leaves alone only a table that holds nothing).
+    reconstruct.run(spark, s, full_refresh=True)
+    assert spark.read.format("delta").load(path).count() == 0
 
 
 def test_state_schema_change_against_an_old_checkpoint_says_what_to_do(

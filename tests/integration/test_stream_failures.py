@@ -28,7 +28,8 @@ def test_a_spark_error_in_a_batch_is_reported_by_its_class_and_message(
 
     with pytest.raises(LakehouseError) as error:
         run_foreach_batch(
-            spark.readStream.format("delta").load(source),
+            spark,
+            lambda: spark.readStream.format("delta").load(source),
             "cast_stream",
             str(tmp_path / "checkpoint"),
             write,
