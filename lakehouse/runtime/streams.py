@@ -73,10 +73,12 @@ def run_foreach_batch(
     second, and a new checkpoint run to the end of its input never needs `frame`'s.
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM).
-    `written`: the tables `write` writes under the batch's `Txn`, prepared for the next
-    batch's writes once a batch is written (`delta.prepare_writes`), where a trigger
-    interval leaves a pause to do it in: to the end of the input, batches follow each
-    other at once and the last one's would be work for nothing."""
+    `written`: the tables `write` writes under the batch's `Txn`, prepared for the first
+    batch's writes while the query starts (`delta.prepare_writes`: the driver mostly
+    waits then, on the source's offsets and the planning), and for the next batch's once
+    a batch is written, where a trigger interval leaves a pause to do it in: to the end
+    of the input, batches follow each other at once and the last one's would be work for
+    nothing."""
     query_id: list[str] = []
     started = threading.Event()
 
@@ -104,6 +106,8 @@ def run_foreach_batch(
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
         )
+        if written:
+            delta.prepare_writes(spark, written)
         query = _start_in_its_format(spark, writer, name, checkpoint)
         query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
         recording = None
