@@ -29,7 +29,7 @@ from silver.session_machine import (
     Status,
     Violation,
 )
-from tests.support.records import delete, end, raw, rec, snapshot, upsert, vals
+from tests.support.records import delete, raw, rec, sessions, snapshot, upsert, vals
 
 STRICT = SessionMachine(Mode.STRICT, Policy.QUARANTINE)
 CLOCK = Clock(timeout_ms=60_000)
@@ -152,34 +152,6 @@ def test_records_of_two_incarnations_of_a_topic_keep_each_its_own_lineage() -> N
         ("sensors.a", old.lineage.offset, "snapshot"),
         ("sensors.a~2", old.lineage.offset, "update"),
     ]
-
-
-@st.composite
-def sessions(draw: st.DrawFn) -> list[Record]:
-    """A session's records: mostly in order, with gaps, repeats, bad bytes and ends."""
-    records, seq, live = [], 0, set()
-    for _ in range(draw(st.integers(1, 25))):
-        step = draw(st.sampled_from(["upsert"] * 6 + ["delete", "snapshot", "gap", "bad", "end"]))
-        row = draw(st.sampled_from(["r1", "r2", "r3"]))
-        if step == "snapshot":
-            picked = draw(st.sets(st.sampled_from(["r1", "r2", "r3", "r4"])))
-            records.append(snapshot(seq, **{r: float(seq) for r in sorted(picked)}))
-            live = set(picked)
-        elif step == "upsert":
-            records.append(upsert(seq, row, float(seq)))
-            live.add(row)
-        elif step == "delete":
-            records.append(delete(seq, row))
-            live.discard(row)
-        elif step == "gap":
-            seq += draw(st.integers(-2, 3))
-            records.append(upsert(max(seq, 0), row, float(seq)))
-        elif step == "bad":
-            records.append(rec(raw(seq)[:20]))
-        else:
-            records.append(end(seq))
-        seq += 1
-    return records
 
 
 @settings(max_examples=150, deadline=None)

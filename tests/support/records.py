@@ -6,6 +6,8 @@ import itertools
 import json
 from typing import Any
 
+from hypothesis import strategies as st
+
 from silver.session_machine import Lineage, Record, parse_record
 
 _offsets = itertools.count()
@@ -47,3 +49,31 @@ def delete(seq: int, row: str) -> Record:
 
 def end(seq: int) -> Record:
     return rec(raw(seq, "end"))
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> list[Record]:
+    """A session's records: mostly in order, with gaps, repeats, bad bytes and ends."""
+    records, seq, live = [], 0, set()
+    for _ in range(draw(st.integers(1, 25))):
+        step = draw(st.sampled_from(["upsert"] * 6 + ["delete", "snapshot", "gap", "bad", "end"]))
+        row = draw(st.sampled_from(["r1", "r2", "r3"]))
+        if step == "snapshot":
+            picked = draw(st.sets(st.sampled_from(["r1", "r2", "r3", "r4"])))
+            records.append(snapshot(seq, **{r: float(seq) for r in sorted(picked)}))
+            live = set(picked)
+        elif step == "upsert":
+            records.append(upsert(seq, row, float(seq)))
+            live.add(row)
+        elif step == "delete":
+            records.append(delete(seq, row))
+            live.discard(row)
+        elif step == "gap":
+            seq += draw(st.integers(-2, 3))
+            records.append(upsert(max(seq, 0), row, float(seq)))
+        elif step == "bad":
+            records.append(rec(raw(seq)[:20]))
+        else:
+            records.append(end(seq))
+        seq += 1
+    return records
