@@ -21,10 +21,14 @@ different answer.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
-from pyspark.sql import Column, DataFrame
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from silver import protocol
 from silver.protocol import Field, FieldType
@@ -110,6 +114,62 @@ def _values_hold(values: Column) -> Column:
     )
 
 
+def keyed_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
+    """One row per bronze record, keyed by session, for the session machine in the JVM:
+    a plain record's envelope and its rows (`items`: row_id and values), and for the
+    others their bytes (`key`, `value`) and the protocol's reading of them (`reading`)."""
+    _register(bronze.sparkSession)
+    keyed = _keyed(_judged(_checked(_read(bronze), topic_prefix)), topic_prefix)
+    readable = F.when(~F.col("plain"), F.col("session_id"))
+    return keyed.withColumn(
+        "reading", _protocol_reading(readable, "key", "value", "sensor_id")
+    )
+
+
+@F.pandas_udf(StringType())  # type: ignore[call-overload]
+def _protocol_reading(
+    session_ids: pd.Series, keys: pd.Series, values: pd.Series, sensors: pd.Series
+) -> pd.Series:
+    """A record that is not plain as the protocol reads it (`silver.session_machine.
+    parse_record`), as JSON; null for plain records, whose session id comes as null.
+
+    Every row crosses into Python, but a plain one only as nulls and its sensor."""
+    from silver.session_machine import Lineage, parse_record
+
+    def reading(session_id: Any, key: Any, value: Any, sensor: str) -> str | None:
+        if not isinstance(session_id, str):
+            return None
+        record = parse_record(
+            session_id, value, Lineage("", 0, 0), key if isinstance(key, bytes) else None, sensor
+        )
+        return json.dumps(
+            {
+                "problem": None if record.problem is None else str(record.problem),
+                "detail": record.detail,
+                "sensor_id": record.sensor_id,
+                "seq": record.seq,
+                "kind": record.kind,
+                "event_time": record.event_time,
+                "op": record.op,
+                "row_id": record.row_id,
+                "values": record.values,
+                "rows": None if record.rows is None else list(record.rows.items()),
+            },
+            allow_nan=False,
+        )
+
+    return pd.Series(
+        [reading(*r) for r in zip(session_ids, keys, values, sensors, strict=True)], dtype=object
+    )
+
+
+def _register(spark: SparkSession) -> None:
+    # Once per session: a new checkpoint's first run parses, then its steady run again, and
+    # a second registration replaces the first with the warning a clash of names would get.
+    if not spark.catalog.functionExists(JSON_KEYS):
+        spark.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
+
+
 def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     """One row per row a plain record carries (a snapshot's rows, an upsert's row; one row
     for a delete, an end, an empty snapshot) and one per other record, keyed by session.
@@ -122,11 +182,7 @@ def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     the row (row_id and its values), and for the others `key` and `value`, the bytes to
     parse in Python.
     """
-    spark = bronze.sparkSession
-    # Once per session: a new checkpoint's first run parses, then its steady run again, and
-    # a second registration replaces the first with the warning a clash of names would get.
-    if not spark.catalog.functionExists(JSON_KEYS):
-        spark.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
+    _register(bronze.sparkSession)
     # In stages, each a projection of its own: Spark would otherwise evaluate the parse and
     # the rules again inside every expression that uses them.
     read = _read(bronze)

@@ -20,6 +20,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from lakehouse.core.settings import SilverSettings
 from silver import outputs, session_batch
 from silver.parsing import UNKEYED
+from silver.protocol import VALUE_NAMES
 from silver.session_machine import (
     STATE_VERSION,
     Clock,
@@ -34,7 +35,7 @@ from silver.session_machine import (
 SESSION_KEY = "session_id STRING"
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, "
-    "has_snapshot BOOLEAN, deadline BIGINT, body STRING"
+    "has_snapshot BOOLEAN, deadline BIGINT, body BINARY"
 )
 """A held session: a few plain columns beside the JSON body make `lakehouse inspect`
 readable, and let the sensor's eviction scan skip the body."""
@@ -79,21 +80,35 @@ def with_data_clock(parsed: DataFrame, lateness_seconds: int) -> DataFrame:
 
 
 def reconstruct_sessions(
-    parsed: DataFrame, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
+    keyed: DataFrame, silver: SilverSettings, topic_prefix: str, trace: frozenset[str] | None
 ) -> DataFrame:
     """One output row per row change, violation, trace step and touched session.
 
     State is held per sensor (the topic's): its sessions, keyed by session id, and what it
-    holds against its bounds. `trace` is None (off), empty (every session) or sessions as
-    `session_id` or `sensor/session_id`.
+    holds against its bounds, judged by the session machine in the JVM
+    (`jvm/src/lakehouse/silver/SensorSessions.java`). `trace` is None (off), empty (every
+    session) or sessions as `session_id` or `sensor/session_id`.
     """
-    return (
-        with_data_clock(parsed, silver.allowed_lateness_seconds)
-        .groupBy("sensor_id")
-        .transformWithStateInPandas(
-            SensorSessions(silver, topic_prefix, trace), outputs.SCHEMA, "append", "EventTime"
-        )
+    spark = keyed.sparkSession
+    sessions = spark._jvm.lakehouse.silver.SensorSessions  # type: ignore[union-attr]
+    bounds = silver.bounds
+    processor = sessions(
+        "".join(f"{r.topics}\t{r.mode}\t{r.policy}\t{r.window}\n" for r in silver.integrity),
+        topic_prefix,
+        None if trace is None else "\n".join(sorted(trace)),
+        silver.session_timeout_seconds * 1000,
+        bounds.rows_per_session,
+        bounds.sessions_per_sensor,
+        bounds.sessions_without_snapshot,
+        outputs.SCHEMA,
+        STATE_SCHEMA,
+        SENSOR_SCHEMA,
+        ",".join(VALUE_NAMES),
+        STATE_VERSION,
+        ",".join(t.name for t in outputs.TABLES),
     )
+    clocked = with_data_clock(keyed, silver.allowed_lateness_seconds)
+    return DataFrame(sessions.reconstruct(clocked._jdf, processor), spark)
 
 
 class SensorSessions(StatefulProcessor):

@@ -1,10 +1,10 @@
 """The silver stream: bronze records -> per-session state machine -> the silver tables.
 
 Bronze is read as a Delta stream and parsed in the JVM (`silver.parsing`); each record is
-keyed by its session, (sensor, session id); `transformWithStateInPandas`, keyed by sensor,
-hands each sensor's rows of a micro-batch to `silver.processor.SensorSessions`, which
-sorts them by Kafka (partition, offset) and judges each session's by
-`silver.session_batch`; one `foreachBatch` (`silver.writer.SilverWriter`) writes all
+keyed by its session, (sensor, session id); `transformWithState`, keyed by sensor,
+hands each sensor's rows of a micro-batch to the JVM's `SensorSessions` (`silver.processor`),
+which sorts them by Kafka (partition, offset) and judges each session's by the session
+machine; one `foreachBatch` (`silver.writer.SilverWriter`) writes all
 silver tables, each write idempotent under the batch's Delta transaction.
 """
 
@@ -33,7 +33,7 @@ from lakehouse.runtime.streams import (
 )
 from lakehouse.storage import catalog, delta, lease
 from silver import sessions, violations
-from silver.parsing import parse_records
+from silver.parsing import keyed_records
 from silver.processor import SESSIONS, reconstruct_sessions
 from silver.session_machine import STATE_VERSION
 from silver.writer import TABLES, SilverWriter
@@ -112,13 +112,18 @@ def read_sessions(
         .option("maxFilesPerTrigger", max_files)
         .load(settings.storage.table_uri(sensor_records.NAME))
     )
-    parsed = parse_records(bronze, settings.kafka.topic_prefix)
-    return reconstruct_sessions(parsed, settings.silver, settings.kafka.topic_prefix, trace)
+    keyed = keyed_records(bronze, settings.kafka.topic_prefix)
+    return reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
+
+
+JVM_OPERATOR = "transformWithStateExec"
+"""The state-metadata name of the operator that holds state version 5 (the JVM's)."""
 
 
 def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:
     """One line, before Spark says it in a trace, for a checkpoint older than this code's
-    state: sessions held one per key and timed by the pipeline's clock (version 3)."""
+    state: sessions held one per key and timed by the pipeline's clock (version 3), or held
+    by the Python processor (version 4)."""
     found = checkpoint_format(spark, checkpoint)
     if found is None:
         return
@@ -126,10 +131,10 @@ def refuse_old_state(spark: SparkSession, checkpoint: str) -> None:
     if found != "1":
         metadata = spark.read.format("state-metadata").load(checkpoint).collect()
         names = [r.operatorName for r in metadata]
-    if not any(name.startswith("transformWithState") for name in names):
+    if JVM_OPERATOR not in names:
         raise LakehouseError(
             f"the silver checkpoint {checkpoint} holds state older than version "
-            f"{STATE_VERSION} (sessions keyed by id alone, timed by the pipeline's clock), "
+            f"{STATE_VERSION} (sessions held by the session machine in the JVM), "
             "which cannot be carried over: rebuild silver with "
             "`lakehouse run silver --full-refresh`"
         )
@@ -179,8 +184,9 @@ def live_state(spark: SparkSession, settings: Settings) -> DataFrame:
         .option("stateVarName", SESSIONS)
         .load(checkpoint)
         .select(
-            F.col("key.sensor_id").alias("sensor_id"),
-            F.col("user_map_key.session_id").alias("session_id"),
+            # a key of the JVM's operator is a string: Spark names its column `value`
+            F.col("key.value").alias("sensor_id"),
+            F.col("user_map_key.value").alias("session_id"),
             F.col("user_map_value.status").alias("status"),
             F.col("user_map_value.last_seq").alias("last_seq"),
             F.col("user_map_value.table_rows").alias("table_rows"),

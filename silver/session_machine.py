@@ -18,9 +18,10 @@ from typing import Any
 
 from silver import protocol
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 """Bump when `SessionState` or how silver keys it changes: old checkpoints are then
-refused, not misread. 4: sessions held per sensor, timed by Kafka timestamps."""
+refused, not misread. 4: sessions held per sensor, timed by Kafka timestamps; 5: held by
+the session machine in the JVM (`SensorSessions.java`), its state in Java's serialization."""
 
 
 class Mode(StrEnum):

@@ -68,6 +68,8 @@ public final class SessionMachine implements Serializable {
     /** Microseconds since the epoch, UTC. */
     public Long eventTime;
     public Map<String, Object> values;
+    /** Its Kafka timestamp (ms; 0: none), the session's clock. */
+    public long kafkaTime;
     /** A snapshot's rows, in the message's order. */
     public LinkedHashMap<String, Map<String, Object>> rows;
 
@@ -107,13 +109,6 @@ public final class SessionMachine implements Serializable {
   public record Transition(
       String sessionId, String sensorId, String action, Map<String, Object> before,
       Map<String, Object> after, Long seq, Lineage lineage) implements Serializable {}
-
-  /** Raised under the {@code fail} policy; its message is the one line the job prints. */
-  public static final class IntegrityError extends RuntimeException {
-    public IntegrityError(String message) {
-      super(message);
-    }
-  }
 
   /** What records did to a session. */
   public static final class Output implements Serializable {
