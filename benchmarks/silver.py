@@ -1,8 +1,9 @@
 """Silver against its baseline, on the same bronze data, in one process.
 
 (a) bronze -> parse every value by the protocol -> `noop`: reading and JSON parsing only;
-(b) the full silver job: parsing in the JVM, keying, the per-session state machine in
-    Python workers, RocksDB state, five Delta tables;
+(b) the full silver job: parsing in the JVM (records that are not plain read by the
+    protocol in a Python UDF), keying, the per-session state machine in the JVM
+    (`SensorSessions.java`), RocksDB state, five Delta tables;
 (c) the platform's stateful limit: the same parsing, keying and state API with trivial
     per-session work (count the rows, keep the count in state), `noop` sink;
 (d) the same limit in the JVM's state API (`flatMapGroupsWithState`,
@@ -15,12 +16,10 @@
 (f) the seed design as a peer: the JVM's `flatMapGroupsWithState` keyed as silver keys (by
     sensor), a count in state, one row per record appended to Delta;
 (g) the Python peer: `applyInPandasWithState`, the same keying, state and rows, appended
-    to Delta;
-(h) silver's Python work alone: the rows (b)'s state function is handed (all of bronze,
-    parsed and keyed as (b) does, collected once as Arrow), then in this process as a
-    worker runs it: each sensor's rows Arrow -> pandas, `SensorSessions.handleInputRows`
-    with its state in a dict, its output frames -> Arrow. What (b) spends beyond it is
-    Spark's: the state API, moving rows between the JVM and Python, the writes.
+    to Delta.
+Every line reads the same parsed records, one row per bronze record (`keyed_records`), but
+(c), (d), (f) and (g) without the protocol's reading of records that are not plain: that
+is silver's own work, on (b)'s line.
 Each line runs once untimed (a warm-up: JIT, Python workers, caches), then twice timed;
 the best counts. In-stream validation is off here (benchmarks/quality.py measures it).
 Prints records/s for each and the ratio b/a, then the state size of 10,000 live sessions,
@@ -39,18 +38,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.streaming.stateful_processor import TimerValues
-from pyspark.sql.types import _parse_datatype_string
 
 from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
@@ -59,9 +52,8 @@ from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.spark import build_spark
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.storage import delta
-from silver import outputs, reconstruct, row_changes, session_rows, sessions
-from silver.parsing import parse_records
-from silver.processor import SensorSessions, with_data_clock
+from silver import reconstruct, row_changes, session_rows, sessions
+from silver.parsing import keyed_records
 
 PROTOCOL = (
     "session_id STRING, sensor_id STRING, seq BIGINT, kind STRING, event_time STRING, op STRING,"
@@ -112,13 +104,6 @@ def throughput(args: argparse.Namespace, root: Path, bootstrap: str) -> SparkSes
     )
     seed_s = best_of(2, lambda n: time_jvm_peer(spark, settings, root / f"seed-{n}"))
     python_s = best_of(2, lambda n: time_python_peer(spark, settings, root / f"python-{n}"))
-    handed = handed_rows(spark, settings)
-    work_s = best_of(2, lambda n: python_work(settings, handed)[0])
-    written = spark.read.format("delta").load(
-        run_settings(root / "silver-0").storage.table_uri(row_changes.NAME)
-    )
-    # (h) is silver's work only if it makes what (b) wrote: one batch, all the changes
-    assert python_work(settings, handed)[1] == written.count(), "(h)'s changes are not (b)'s"
     print(
         f"\nbronze records:          {total:,} "
         f"({args.sensors * args.sessions:,} concurrent sessions)"
@@ -136,7 +121,6 @@ def throughput(args: argparse.Namespace, root: Path, bootstrap: str) -> SparkSes
         f"(g) peer: Python state, one row per record to Delta: "
         f"{total / python_s:>10,.0f} records/s ({python_s:.1f}s)"
     )
-    print(f"(h) silver's Python work alone: {total / work_s:>10,.0f} records/s ({work_s:.1f}s)")
     print("every line took bronze in one batch, as (b)'s new checkpoint does")
     print(f"ratio b/a:               {parse_s / silver_s:.2f}")
     print(f"ratio b/f (silver / the seed design): {seed_s / silver_s:.2f}")
@@ -144,10 +128,7 @@ def throughput(args: argparse.Namespace, root: Path, bootstrap: str) -> SparkSes
     print(f"ratio c/a:               {parse_s / limit_s:.2f}")
     print(f"ratio b/c:               {limit_s / silver_s:.2f}")
     print(f"ratio d/a:               {parse_s / jvm_limit_s:.2f}")
-    print(f"ratio a/(d+e), at most:  {parse_s / (jvm_limit_s + writes_s):.2f}")
-    print(
-        f"ratio h/b (silver's Python work's share of the job): {work_s / silver_s:.2f}", flush=True
-    )
+    print(f"ratio a/(d+e), at most:  {parse_s / (jvm_limit_s + writes_s):.2f}", flush=True)
 
     probe_apis(spark, settings, root / "probe", total)
     return spark
@@ -227,6 +208,14 @@ def best_of(runs: int, timed: Any) -> float:
     return min(timed(n) for n in range(runs))
 
 
+def keyed(spark: SparkSession, settings: Settings) -> DataFrame:
+    """Bronze's stream parsed and keyed as silver's is, without the protocol's reading of
+    records that are not plain (silver's own work)."""
+    return keyed_records(bronze_stream(spark, settings), settings.kafka.topic_prefix).drop(
+        "reading"
+    )
+
+
 def bronze_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     """Bronze in one batch, as silver's new checkpoint takes it (`reconstruct.run`): every
     line runs the same batches as (b)."""
@@ -280,9 +269,7 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
         state.update((seen,))
         yield pd.DataFrame({"session_id": [key[0]], "rows": [seen]})
 
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix).drop(
-        "clock_time"  # silver feeds it to its watermark only
-    )
+    parsed = keyed(spark, settings).drop("clock_time")  # silver feeds it to its watermark only
     counted = parsed.groupBy("session_id").applyInPandasWithState(
         count,
         "session_id STRING, rows BIGINT",
@@ -295,7 +282,7 @@ def time_stateful_limit(spark: SparkSession, settings: Settings, checkpoint: Pat
 
 def session_count(spark: SparkSession, settings: Settings, method: str) -> DataFrame:
     """Silver's parsed bronze stream through `SessionCount.<method>` (jvm/src/lakehouse/bench)."""
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    parsed = keyed(spark, settings)
     jvm = spark._jvm
     assert jvm is not None
     return DataFrame(getattr(jvm.lakehouse.bench.SessionCount, method)(parsed._jdf), spark)
@@ -347,7 +334,7 @@ def time_python_peer(spark: SparkSession, settings: Settings, root: Path) -> flo
             )
         state.update((seen,))
 
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix)
+    parsed = keyed(spark, settings)
     # every parsed column, as silver's state function is handed them (the JVM peer too)
     passed = parsed.groupBy("sensor_id").applyInPandasWithState(
         per_record,
@@ -357,59 +344,6 @@ def time_python_peer(spark: SparkSession, settings: Settings, root: Path) -> flo
         GroupStateTimeout.NoTimeout,
     )
     return time_to_delta(passed, root)
-
-
-def handed_rows(spark: SparkSession, settings: Settings) -> dict[str, pa.Table]:
-    """(h)'s input: each sensor's rows as silver's state function is handed them."""
-    bronze = spark.read.format("delta").load(settings.storage.table_uri("bronze.sensor_records"))
-    parsed = parse_records(bronze, settings.kafka.topic_prefix)
-    rows = with_data_clock(parsed, settings.silver.allowed_lateness_seconds).toArrow()
-    sensors = rows.column("sensor_id").unique().to_pylist()
-    return {s: rows.filter(pc.equal(rows.column("sensor_id"), s)) for s in sensors}
-
-
-def python_work(settings: Settings, handed: dict[str, pa.Table]) -> tuple[float, int]:
-    """(h): silver's state function over each sensor's rows, as one batch, in this process:
-    the seconds, and the row changes it made."""
-    schema = to_arrow_schema(_parse_datatype_string(outputs.SCHEMA))
-    processor = SensorSessions(settings.silver, settings.kafka.topic_prefix, None)
-    processor.init(_HeldInADict())  # type: ignore[arg-type]
-    started, changes = time.perf_counter(), 0
-    for sensor, rows in handed.items():
-        found = processor.handleInputRows((sensor,), iter([rows.to_pandas()]), TimerValues(0, 0))
-        for frame in found:
-            pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
-            changes += int((frame["output"] == row_changes.NAME).sum())
-    return time.perf_counter() - started, changes
-
-
-class _HeldInADict:
-    """The state a `StatefulProcessorHandle` holds, in dicts: (h) times Python alone."""
-
-    def __init__(self) -> None:
-        self.timers: set[int] = set()
-
-    def getMapState(self, *_: Any) -> Any:
-        values: dict[Any, Any] = {}
-        return SimpleNamespace(
-            getValue=values.get,
-            updateValue=values.__setitem__,
-            removeKey=values.pop,
-            iterator=lambda: iter(values.items()),
-        )
-
-    def getValueState(self, *_: Any) -> Any:
-        value: list[Any] = [None]
-        return SimpleNamespace(get=lambda: value[0], update=lambda v: value.__setitem__(0, v))
-
-    def listTimers(self) -> Iterator[int]:
-        return iter(sorted(self.timers))
-
-    def registerTimer(self, timer: int) -> None:
-        self.timers.add(timer)
-
-    def deleteTimer(self, timer: int) -> None:
-        self.timers.discard(timer)
 
 
 def time_silver(spark: SparkSession, settings: Settings, root: Path) -> float:
@@ -465,9 +399,7 @@ def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) 
     from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    parsed = parse_records(bronze_stream(spark, settings), settings.kafka.topic_prefix).drop(
-        "clock_time"  # silver feeds it to its watermark only
-    )
+    parsed = keyed(spark, settings).drop("clock_time")  # silver feeds it to its watermark only
 
     def with_state(
         key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any

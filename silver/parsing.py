@@ -13,10 +13,10 @@ that the strict reading (`silver.protocol`) would find the same values:
   integer, `"hot"` for a number);
 - every typed value keeps its field's rule, checked as SQL generated from the protocol.
 
-Plain records reach the Python workers as typed columns, a snapshot already exploded into
-its rows; any other record travels as raw bytes to the protocol's own parser, which names
-what is wrong. A rule these checks cannot prove costs that record speed, never a
-different answer.
+Plain records reach the session machine in the JVM as typed columns, a snapshot's rows
+as an array; any other record is read by the protocol's own parser, which names what is
+wrong, in a Python UDF that the plain ones cross as nulls. A rule these checks cannot
+prove costs that record speed, never a different answer.
 """
 
 from __future__ import annotations
@@ -58,9 +58,6 @@ JSON_KEYS = "lakehouse_json_keys"
 _TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:Z|[+-]\d{2}:\d{2})$"
 """The protocol's time format, with at most microseconds (more digits: Python decides)."""
 _LOW, _HIGH = (int(t.timestamp()) * 1_000_000 for t in protocol.EVENT_TIME_RANGE)
-INTEGER_VALUES = tuple(f.name for f in VALUES if f.type is FieldType.INTEGER)
-"""Nullable BIGINT values travel with a null mask (`<name>_null`): pandas would turn a
-BIGINT column holding a null into doubles, and 2^63 - 1 does not survive that."""
 
 
 def holds(field: Field, value: Column) -> Column:
@@ -121,9 +118,7 @@ def keyed_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
     _register(bronze.sparkSession)
     keyed = _keyed(_judged(_checked(_read(bronze), topic_prefix)), topic_prefix)
     readable = F.when(~F.col("plain"), F.col("session_id"))
-    return keyed.withColumn(
-        "reading", _protocol_reading(readable, "key", "value", "sensor_id")
-    )
+    return keyed.withColumn("reading", _protocol_reading(readable, "key", "value", "sensor_id"))
 
 
 @F.pandas_udf(StringType())  # type: ignore[call-overload]
@@ -168,25 +163,6 @@ def _register(spark: SparkSession) -> None:
     # a second registration replaces the first with the warning a clash of names would get.
     if not spark.catalog.functionExists(JSON_KEYS):
         spark.udf.registerJavaFunction(JSON_KEYS, "lakehouse.json.JsonKeys", "INT")
-
-
-def parse_records(bronze: DataFrame, topic_prefix: str) -> DataFrame:
-    """One row per row a plain record carries (a snapshot's rows, an upsert's row; one row
-    for a delete, an end, an empty snapshot) and one per other record, keyed by session.
-
-    Columns: the session key (sensor_id, the sensor the topic names; session_id, UNKEYED
-    when the value names no usable one), topic, partition, offset, kafka_time (ms),
-    clock_time (what the stream's data clock counts: kafka_time, a producer's no later
-    than bronze ingested the record), `pos` (the row's place in its snapshot), `plain`,
-    then for plain records the envelope (seq, kind, event_time in microseconds, op) and
-    the row (row_id and its values), and for the others `key` and `value`, the bytes to
-    parse in Python.
-    """
-    _register(bronze.sparkSession)
-    # In stages, each a projection of its own: Spark would otherwise evaluate the parse and
-    # the rules again inside every expression that uses them.
-    read = _read(bronze)
-    return _exploded(_keyed(_judged(_checked(read, topic_prefix)), topic_prefix))
 
 
 def _read(bronze: DataFrame) -> DataFrame:
@@ -317,39 +293,4 @@ def _keyed(judged: DataFrame, topic_prefix: str) -> DataFrame:
         items.alias("items"),
         F.when(~plain, F.col("key")).alias("key"),
         F.when(~plain, F.col("value")).alias("value"),
-    )
-
-
-def _exploded(keyed: DataFrame) -> DataFrame:
-    """One row per item; integer values with their null masks (see INTEGER_VALUES)."""
-    exploded = keyed.select("*", F.posexplode_outer("items").alias("pos", "item")).drop("items")
-    value_columns = []
-    for f in VALUES:
-        value = F.col("item.values")[f.name]
-        if f.name in INTEGER_VALUES:
-            value_columns += [
-                F.coalesce(value, F.lit(0)).alias(f.name),
-                value.isNull().alias(f"{f.name}_null"),
-            ]
-        else:
-            value_columns.append(value.alias(f.name))
-    return exploded.select(
-        "sensor_id",
-        "session_id",
-        "topic",
-        "partition",
-        "offset",
-        "kafka_time",
-        "clock_time",
-        F.coalesce("pos", F.lit(0)).alias("pos"),
-        "plain",
-        # never null for a plain record; 0 for the others, whose columns are unread
-        F.coalesce("seq", F.lit(0)).alias("seq"),
-        "kind",
-        F.coalesce("event_time", F.lit(0)).alias("event_time"),
-        "op",
-        F.col("item.row_id").alias("row_id"),
-        *value_columns,
-        "key",
-        "value",
     )

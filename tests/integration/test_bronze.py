@@ -21,7 +21,7 @@ from lakehouse.core.settings import load_settings
 from lakehouse.ops import positions
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka, client_options
-from silver.parsing import parse_records
+from silver.parsing import keyed_records
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
 from tests.support.silver import silver_tables
@@ -210,7 +210,7 @@ def test_a_topic_gone_or_made_again_stops_bronze_until_the_operator_says_how_to_
         ("topic_retired", gone, 1),
     ]
     # Silver credits each incarnation's records to the sensor its topic names.
-    parsed = parse_records(spark.read.format("delta").load(path), prefix).collect()
+    parsed = keyed_records(spark.read.format("delta").load(path), prefix).collect()
     credited = {(r.topic.split("~")[0], r.sensor_id) for r in parsed}
     assert credited == {(kept, "sensor-001"), (gone, "sensor-002")}
 

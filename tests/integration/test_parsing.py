@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
-from silver.parsing import INTEGER_VALUES, parse_records
+from silver.parsing import keyed_records
 from silver.session_machine import Lineage, Record, parse_record
 from tests.support.hostile import CASES, PREFIX, SENSOR, TOPIC, hostile_messages
 
@@ -75,42 +74,39 @@ def test_a_plain_record_reads_in_the_jvm_as_the_protocols_parser_reads_it(
         "topic STRING, partition INT, offset BIGINT, key BINARY, value BINARY, "
         "kafka_timestamp TIMESTAMP, kafka_timestamp_type INT, ingested_at TIMESTAMP",
     )
-    rows_of: dict[int, list[Any]] = defaultdict(list)
-    for row in parse_records(bronze, PREFIX).collect():
-        rows_of[row.offset].append(row)
+    keyed = {row.offset: row for row in keyed_records(bronze, PREFIX).collect()}
 
     # each hostile record's snapshot before it and update after it: ordinary records
     good = {i for i in range(3 * len(CASES)) if i % 3 != 1}
     for offset, (key, value) in enumerate(sent):
-        rows = sorted(rows_of[offset], key=lambda r: r.pos)
-        first = rows[0]
-        python = parse_record(first.session_id, value, Lineage(TOPIC, 0, offset), key, SENSOR)
-        if not first.plain:
+        row = keyed[offset]
+        python = parse_record(row.session_id, value, Lineage(TOPIC, 0, offset), key, SENSOR)
+        if not row.plain:
             assert offset not in good, f"an ordinary record left to Python: {value!r}"
-            assert first.value == value, "a record Python parses must keep its bytes"
+            assert row.value == value, "a record Python parses must keep its bytes"
+            assert json.loads(row.reading)["detail"] == python.detail
             continue
+        assert row.reading is None
         assert python.problem is None, (value, python.detail)
-        assert_same_record(python, rows)
+        assert_same_record(python, row)
 
 
-def assert_same_record(python: Record, rows: list[Any]) -> None:
-    first = rows[0]
+def assert_same_record(python: Record, row: Any) -> None:
     for name in ("sensor_id", "seq", "kind", "event_time"):
-        assert same(getattr(first, name), getattr(python, name)), name
+        assert same(getattr(row, name), getattr(python, name)), name
     if python.kind == "snapshot":
         assert python.rows is not None
-        assert [r.row_id for r in rows if r.row_id is not None] == list(python.rows)
-        for row in rows:
-            if row.row_id is not None:
-                assert_same_values(row, python.rows[row.row_id])
+        assert [item.row_id for item in row["items"]] == list(python.rows)
+        for item in row["items"]:
+            assert_same_values(item.values, python.rows[item.row_id])
     elif python.kind == "update":
-        assert (first.op, first.row_id) == (python.op, python.row_id)
+        (item,) = row["items"]
+        assert (row.op, item.row_id) == (python.op, python.row_id)
         if python.op == "upsert":
             assert python.values is not None
-            assert_same_values(first, python.values)
+            assert_same_values(item.values, python.values)
 
 
-def assert_same_values(row: Any, values: dict[str, Any]) -> None:
+def assert_same_values(found: Any, values: dict[str, Any]) -> None:
     for name, expected in values.items():
-        found = None if name in INTEGER_VALUES and row[f"{name}_null"] else row[name]
-        assert same(found, expected), (name, found, expected)
+        assert same(found[name], expected), (name, found[name], expected)

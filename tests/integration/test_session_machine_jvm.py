@@ -72,7 +72,7 @@ class JvmMachine:
         return out, self.clock.advance(self.machine, self.state, now, out)
 
 
-def lineage(at: Any) -> tuple[Any, ...]:
+def lineage(at: Any) -> tuple[Any, ...] | None:
     if at is None:
         return None
     if isinstance(at, Lineage):
