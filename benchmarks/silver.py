@@ -399,7 +399,10 @@ def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) 
     from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    parsed = keyed(spark, settings).drop("clock_time")  # silver feeds it to its watermark only
+    # one row per row id a record carries, as the probe was first run
+    parsed = keyed(spark, settings).select(
+        "session_id", F.explode_outer("items.row_id").alias("row_id")
+    )
 
     def with_state(
         key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
