@@ -21,7 +21,10 @@ from silver import protocol
 STATE_VERSION = 5
 """Bump when `SessionState` or how silver keys it changes: old checkpoints are then
 refused, not misread. 4: sessions held per sensor, timed by Kafka timestamps; 5: held by
-the session machine in the JVM (`SensorSessions.java`), its state in Java's serialization."""
+the session machine in the JVM (`SensorSessions.java`), its state in Java's serialization,
+which reads a state saved before a field was added (the field at its default) and
+nothing else changed: any other change to the Java `SessionState`, `Record` or
+`SeqRanges` bumps this."""
 
 
 class Mode(StrEnum):

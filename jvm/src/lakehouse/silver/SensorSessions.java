@@ -493,7 +493,8 @@ public final class SensorSessions extends StatefulProcessor<String, Row, Row> {
         new ObjectInputStream(new ByteArrayInputStream((byte[]) row.get(7)))) {
       return (SessionState) stream.readObject();
     } catch (IOException | ClassNotFoundException e) {
-      throw new IllegalStateException("silver state unreadable: " + e, e);
+      throw new IllegalStateException("the silver checkpoint holds state this code cannot read ("
+          + e + "): lakehouse run silver --full-refresh", e);
     }
   }
 

@@ -60,6 +60,9 @@ public final class SessionMachine implements Serializable {
 
   /** One bronze record of a session, parsed as far as it goes. */
   public static final class Record implements Serializable {
+    /** Fixed: a session held in a checkpoint stays readable by code that adds a method. */
+    private static final long serialVersionUID = 1L;
+
     public Lineage lineage;
     /** Null where the JVM read the record: a violation's bytes are then looked up in bronze. */
     public byte[] raw;
@@ -119,6 +122,9 @@ public final class SessionMachine implements Serializable {
 
   /** Everything silver remembers about one live session between micro-batches. */
   public static final class SessionState implements Serializable {
+    /** Fixed: a session held in a checkpoint stays readable by code that adds a method. */
+    private static final long serialVersionUID = 1L;
+
     public String sessionId, sensorId;
     public Status status = Status.OPEN;
     public Long lastSeq, firstSeq, brokenAtSeq, firstEventTime, lastEventTime, rowsAtEnd, lastTime;
@@ -163,6 +169,9 @@ public final class SessionMachine implements Serializable {
    * applied, a handful of ranges where a set would hold every seq.
    */
   public static final class SeqRanges implements Serializable {
+    /** Fixed: a session held in a checkpoint stays readable by code that adds a method. */
+    private static final long serialVersionUID = 1L;
+
     /** Each range's low to its high. */
     public final TreeMap<Long, Long> ranges = new TreeMap<>();
 
