@@ -11,6 +11,7 @@ silver tables, each write idempotent under the batch's Delta transaction.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
@@ -74,19 +75,20 @@ def run(
             read_sessions, spark, settings, trace, settings.silver.max_files_per_trigger
         )
         whole = partial(read_sessions, spark, settings, trace, 2**31 - 1)
-        recorded = ("silver", progress.create(spark, settings.storage, "silver"))
+        recorded = ("silver", settings.storage.table_uri(PROGRESS))
         write = SilverWriter(spark, settings, held, after_batch)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
             spark, limited, QUERY_NAME, checkpoint, write, interval, whole,
             progress_to=recorded, stop=stop, written=written,
+            setup=partial(_make_tables, spark, settings),
         )  # fmt: skip
 
 
 def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refresh: bool) -> None:
-    """Silver's tables made, and its checkpoint deleted where this run rebuilds silver:
-    asked to, or because bronze was rebuilt since silver last read it."""
+    """Silver's checkpoint deleted where this run rebuilds silver: asked to, or because
+    bronze was rebuilt since silver last read it."""
     bronze_uri = settings.storage.table_uri(sensor_records.NAME)
     if not full_refresh:
         refuse_old_state(spark, checkpoint)
@@ -97,10 +99,20 @@ def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refr
     if full_refresh:
         fs, path = catalog.hadoop_fs(spark, checkpoint)
         fs.delete(path, True)
-    delta.create_all(spark, {settings.storage.table_uri(spec.name): spec for spec in TABLES})
     # A batch without data runs when the watermark moved, so that silent sessions expire
     # without waiting for more data; it moves only with data, so a run ends.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+
+
+def _make_tables(spark: SparkSession, settings: Settings) -> None:
+    """Silver's tables and its progress table, made where new (or given the properties
+    their specs gained)."""
+    made = {settings.storage.table_uri(spec.name): spec for spec in TABLES}
+    calls: list[Callable[[], object]] = [
+        partial(delta.create_all, spark, made),
+        partial(progress.create, spark, settings.storage, "silver"),
+    ]
+    delta.side_by_side(calls)
 
 
 def read_sessions(

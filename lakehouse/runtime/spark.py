@@ -94,6 +94,10 @@ def build_spark(
         # about 240 classes anew, and the JVM compiled them again; with room for them all,
         # a steady batch compiles none (docs/benchmarks.md).
         CODEGEN_CACHE: "1000",
+        # `run all` gives each part a scheduler pool of its own (runtime/supervise.py): FAIR
+        # shares the cores among them, where Spark's default (FIFO) runs the tasks of the
+        # oldest job first, so that a gold run's stages held silver's batch back.
+        "spark.scheduler.mode": "FAIR",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         "spark.ui.showConsoleProgress": "false",
         # pandas deprecation notices from inside PySpark's own serializers, once per task.

@@ -64,6 +64,7 @@ def run_foreach_batch(
     progress_to: tuple[str, str] | None = None,
     stop: threading.Event | None = None,
     written: Sequence[str] = (),
+    setup: Callable[[], None] | None = None,
 ) -> RunStats:
     """Run the streaming frame `frame` makes into `write` per micro-batch: to the current
     end of the input (`availableNow`) when `trigger_interval` is None, else every interval
@@ -78,9 +79,12 @@ def run_foreach_batch(
     waits then, on the source's offsets and the planning), and for the next batch's once
     a batch is written, where a trigger interval leaves a pause to do it in: to the end
     of the input, batches follow each other at once and the last one's would be work for
-    nothing."""
+    nothing. `setup`: what the first batch's writes need and the query's planning does not
+    (the tables `write` writes), done once, while the query starts: the first batch waits
+    for it; a failure stops the query and is raised."""
     query_id: list[str] = []
     started = threading.Event()
+    unprepared = [setup] if setup is not None else []
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         started.wait()  # the query id is known only once start() has returned
@@ -106,10 +110,18 @@ def run_foreach_batch(
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
         )
-        if written:
-            delta.prepare_writes(spark, written)
         query = _start_in_its_format(spark, writer, name, checkpoint)
         query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
+        # The query plans its first batch (Delta's offsets, the plan: seconds) on its own
+        # thread; the driver's round trips of the setup overlap them.
+        while unprepared:
+            try:
+                unprepared.pop()()
+            except BaseException:
+                query.stop()
+                raise
+        if written:
+            delta.prepare_writes(spark, written)
         recording = None
         if progress_to is not None:
             recording = progress.StreamRecording(spark, *progress_to, query_id[0])
