@@ -11,6 +11,7 @@ silver tables, each write idempotent under the batch's Delta transaction.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 
@@ -64,6 +65,8 @@ def run(
     `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables.
     `stop`: see `run_foreach_batch`."""
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
+    if not _bronze_made(spark, settings, continuous, stop):
+        return RunStats(stopped=True)
     with lease.holding(settings, WRITES, "the silver stream") as held:
         _prepare(spark, settings, checkpoint, full_refresh)
         interval = settings.silver.trigger_interval if continuous else None
@@ -84,6 +87,28 @@ def run(
             progress_to=recorded, stop=stop, written=written,
             setup=partial(_make_tables, spark, settings),
         )  # fmt: skip
+
+
+def _bronze_made(
+    spark: SparkSession, settings: Settings, continuous: bool, stop: threading.Event | None
+) -> bool:
+    """Whether bronze's table is there to read: `run all` starts both streams at once, and
+    on a new lake bronze makes its table as it starts, so a continuous run waits for it
+    (False: stopped while waiting); a run to the end of bronze cannot, and says so."""
+    uri = settings.storage.table_uri(sensor_records.NAME)
+    if catalog.is_delta(spark, uri):
+        return True
+    if not continuous:
+        raise LakehouseError(
+            f"silver reads {sensor_records.NAME}, which does not exist yet ({uri}): "
+            "ingest first, with `lakehouse run bronze`"
+        )
+    echo(f"silver: waiting for {sensor_records.NAME}, which the bronze stream makes as it starts")
+    while not catalog.is_delta(spark, uri):
+        if stop is not None and stop.is_set():
+            return False
+        time.sleep(1)
+    return True
 
 
 def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refresh: bool) -> None:

@@ -4,6 +4,8 @@ splits, crashes, the fail policy and the operator tools."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from lakehouse.ops.producer import TrafficSpec, produce
-from silver import processor, reconstruct
+from lakehouse.storage import catalog
+from silver import processor, reconstruct, sessions
 from silver.session_machine import STATE_VERSION
 from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
@@ -206,6 +209,40 @@ def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
     reconstruct.run(spark, s, full_refresh=True)
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
+
+
+def test_silver_waits_for_bronze_s_table_when_continuous_and_says_what_to_do_when_not(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from lakehouse.core.errors import LakehouseError
+
+    s = settings_for(tmp_path, "127.0.0.1:9", "sensors.", quality__validate_streams="false")
+    with pytest.raises(LakehouseError, match="ingest first, with `lakehouse run bronze`"):
+        reconstruct.run(spark, s)
+
+    # As `run all` starts both streams on a new lake: bronze's table comes a moment later.
+    stop, ran = threading.Event(), []
+    silver = threading.Thread(
+        target=lambda: ran.append(reconstruct.run(spark, s, continuous=True, stop=stop))
+    )
+    silver.start()
+    time.sleep(2)
+    sessions_table = s.storage.table_uri(sessions.NAME)
+    assert silver.is_alive() and not catalog.is_delta(spark, sessions_table)
+    write_bronze(
+        spark, s.storage.table_uri("bronze.sensor_records"), kafka_records(small_spec(5, {})),
+        1, random.Random(5),
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not _holds_rows(spark, sessions_table) and time.monotonic() < deadline:
+        time.sleep(1)
+    stop.set()
+    silver.join(120)
+    assert ran and ran[0].input_rows > 0 and _holds_rows(spark, sessions_table)
+
+
+def _holds_rows(spark: SparkSession, uri: str) -> bool:
+    return catalog.is_delta(spark, uri) and bool(spark.read.format("delta").load(uri).take(1))
 
 
 def test_fail_policy_stops_the_job_with_one_line_naming_session_and_offset(
