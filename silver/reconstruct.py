@@ -11,8 +11,6 @@ silver tables, each write idempotent under the batch's Delta transaction.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
@@ -104,10 +102,10 @@ def _bronze_made(
             "ingest first, with `lakehouse run bronze`"
         )
     echo(f"silver: waiting for {sensor_records.NAME}, which the bronze stream makes as it starts")
+    stop = stop or threading.Event()
     while not catalog.is_delta(spark, uri):
-        if stop is not None and stop.is_set():
+        if stop.wait(1):
             return False
-        time.sleep(1)
     return True
 
 
@@ -132,12 +130,8 @@ def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refr
 def _make_tables(spark: SparkSession, settings: Settings) -> None:
     """Silver's tables and its progress table, made where new (or given the properties
     their specs gained)."""
-    made = {settings.storage.table_uri(spec.name): spec for spec in TABLES}
-    calls: list[Callable[[], object]] = [
-        partial(delta.create_all, spark, made),
-        partial(progress.create, spark, settings.storage, "silver"),
-    ]
-    delta.side_by_side(calls)
+    delta.create_all(spark, {settings.storage.table_uri(spec.name): spec for spec in TABLES})
+    progress.create(spark, settings.storage, "silver")
 
 
 def read_sessions(

@@ -95,8 +95,8 @@ def build_spark(
         # a steady batch compiles none (docs/benchmarks.md).
         CODEGEN_CACHE: "1000",
         # `run all` gives each part a scheduler pool of its own (runtime/supervise.py): FAIR
-        # shares the cores among them, where Spark's default (FIFO) runs the tasks of the
-        # oldest job first, so that a gold run's stages held silver's batch back.
+        # shares the cores among them. Spark's default (FIFO) ignores pools and gives the
+        # cores to the oldest job's tasks first: a large gold job held the streams back.
         "spark.scheduler.mode": "FAIR",
         # Jobs print one line per batch; Spark's progress bars would interleave with them.
         "spark.ui.showConsoleProgress": "false",

@@ -84,7 +84,6 @@ def run_foreach_batch(
     for it; a failure stops the query and is raised."""
     query_id: list[str] = []
     started = threading.Event()
-    unprepared = [setup] if setup is not None else []
 
     def write_batch(batch: DataFrame, batch_id: int) -> None:
         started.wait()  # the query id is known only once start() has returned
@@ -103,6 +102,7 @@ def run_foreach_batch(
     stats = RunStats()
 
     def run(source: Callable[[], DataFrame] = frame, **trigger: Any) -> RunStats:
+        nonlocal setup
         writer = (
             source()
             .writeStream.queryName(name)
@@ -114,12 +114,13 @@ def run_foreach_batch(
         query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
         # The query plans its first batch (Delta's offsets, the plan: seconds) on its own
         # thread; the driver's round trips of the setup overlap them.
-        while unprepared:
+        if setup is not None:
             try:
-                unprepared.pop()()
+                setup()
             except BaseException:
                 query.stop()
                 raise
+            setup = None  # once: a new checkpoint's second query finds it done
         if written:
             delta.prepare_writes(spark, written)
         recording = None

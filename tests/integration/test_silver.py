@@ -226,18 +226,20 @@ def test_silver_waits_for_bronze_s_table_when_continuous_and_says_what_to_do_whe
         target=lambda: ran.append(reconstruct.run(spark, s, continuous=True, stop=stop))
     )
     silver.start()
-    time.sleep(2)
     sessions_table = s.storage.table_uri(sessions.NAME)
-    assert silver.is_alive() and not catalog.is_delta(spark, sessions_table)
-    write_bronze(
-        spark, s.storage.table_uri("bronze.sensor_records"), kafka_records(small_spec(5, {})),
-        1, random.Random(5),
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not _holds_rows(spark, sessions_table) and time.monotonic() < deadline:
-        time.sleep(1)
-    stop.set()
-    silver.join(120)
+    try:
+        time.sleep(2)
+        assert silver.is_alive() and not catalog.is_delta(spark, sessions_table)
+        write_bronze(
+            spark, s.storage.table_uri("bronze.sensor_records"),
+            kafka_records(small_spec(5, {})), 1, random.Random(5),
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not _holds_rows(spark, sessions_table) and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        stop.set()  # never a stream left running in the session the other tests share
+        silver.join(120)
     assert ran and ran[0].input_rows > 0 and _holds_rows(spark, sessions_table)
 
 
