@@ -22,7 +22,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse import PROJECT_ROOT
-from lakehouse import definitions as pipeline
 from lakehouse.core.settings import load_settings
 from lakehouse.ops import explain
 from lakehouse.runtime.spark import session_for
@@ -49,9 +48,7 @@ def main() -> None:
     chosen = [by_size[i // 2] if i % 2 == 0 else by_size[-1 - i // 2] for i in range(args.sessions)]
     for number, (sensor, session) in enumerate(chosen):
         began = time.monotonic()
-        found = explain.explain_session(
-            spark, settings, pipeline.EXPLAINED, pipeline.MODELS, sensor, session
-        )
+        found = explain.explain_session(spark, settings, sensor, session)
         seconds = time.monotonic() - began
         kafka = found.kafka[0]
         print(
@@ -59,9 +56,7 @@ def main() -> None:
             + (" (the first after the Spark start)" if number == 0 else "")
         )
     sensor, session = chosen[0]
-    kafka = explain.explain_session(
-        spark, settings, pipeline.EXPLAINED, pipeline.MODELS, sensor, session
-    ).kafka[0]
+    kafka = explain.explain_session(spark, settings, sensor, session).kafka[0]
     bronze = spark.read.format("delta").load(settings.storage.table_uri("bronze.sensor_records"))
     key = F.col("key") == F.lit(session.encode())
     by_lineage = bronze.where(

@@ -33,11 +33,11 @@ from benchmarks.common import fmt, run_settings, timed
 from bronze import sensor_records
 from lakehouse.definitions import MODELS, READERS
 from lakehouse.graph.models import ModelRun, run_models
-from lakehouse.ops.compaction import compact, snapshot
 from lakehouse.ops.producer import TrafficSpec, generate_traffic
 from lakehouse.quality.gates import WriteGate, write_gate
 from lakehouse.runtime.spark import build_spark
 from lakehouse.storage import delta
+from lakehouse.storage.compaction import compact, snapshot
 from silver import reconstruct, row_changes
 
 QUERY = """

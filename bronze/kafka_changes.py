@@ -31,8 +31,7 @@ from pyspark.sql import functions as F
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.tables import TableSpec
-from lakehouse.ops import positions
-from lakehouse.storage import catalog, delta
+from lakehouse.storage import catalog, delta, positions
 
 TABLE = TableSpec(
     name="bronze.kafka_changes",

@@ -21,7 +21,6 @@ from lakehouse.core.errors import LakehouseError, offsets_lost, topics_gone
 from lakehouse.core.settings import KafkaSettings, Settings
 from lakehouse.core.tables import TableSpec
 from lakehouse.observe import progress
-from lakehouse.ops import positions
 from lakehouse.quality import gates, store
 from lakehouse.runtime.streams import (
     AfterBatch,
@@ -37,7 +36,7 @@ from lakehouse.services.kafka import (
     resolve_bootstrap,
     watermarks,
 )
-from lakehouse.storage import catalog, delta, lease
+from lakehouse.storage import catalog, delta, lease, positions
 from lakehouse.storage.delta import Txn
 
 TABLE = TableSpec(

@@ -1,10 +1,11 @@
 """The pipeline in one place: its graph of nodes (streams, models, checks), every table,
 who reads what incrementally, and what running a node means.
 
-This is the one module that imports the layers. `run`, `check`, `build` and `ls` walk
-the graph it declares, compaction checks VACUUM against the readers it lists, the
-manifest and the report describe the tables it lists, and a test loads it, so that a
-layer that no longer fits breaks there first. A new gold model needs no entry here:
+It gathers the layers below it into one graph; `ops`, above it, reads them for the
+operator's commands, and the CLI reaches both without importing a layer. `run`, `check`,
+`build` and `ls` walk the graph it declares, compaction checks VACUUM against the readers
+it lists, the manifest and the report describe the tables it lists, and a test loads it,
+so that a layer that no longer fits breaks there first. A new gold model needs no entry here:
 models are found by scanning `gold/`; a new suite in `expectations/` is a new check.
 """
 
@@ -28,16 +29,14 @@ from lakehouse.graph.execute import Done, Status
 from lakehouse.graph.models import Model, ModelRun, declared_models, dependency_order
 from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
 from lakehouse.observe import lineage, progress
-from lakehouse.ops import compaction, explain
-from lakehouse.ops.positions import Reader
-from lakehouse.ops.status import ChangeLog
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.runtime.streams import RunStats, Stream
 from lakehouse.services.kafka import resolve_bootstrap
-from lakehouse.storage import lease
+from lakehouse.storage import compaction, lease
 from lakehouse.storage.model_runs import RUNS
-from silver import reconstruct, row_changes, session_rows, sessions, state_transitions, violations
+from lakehouse.storage.positions import Reader
+from silver import reconstruct, row_changes, violations
 
 STREAMS: dict[str, Stream] = {s.layer: s for s in (sensor_records.STREAM, reconstruct.STREAM)}
 """Every stream, by layer, as each layer's module declares it."""
@@ -49,28 +48,6 @@ KAFKA_RECORDS = sensor_records.NAME
 """The table of every Kafka record with its timestamp."""
 LINEAGE_TABLES = (row_changes.NAME, violations.NAME)
 """Silver tables whose rows name the Kafka record they come from, by every batch."""
-
-CHANGE_LOG: ChangeLog = kafka_changes
-"""The changes in Kafka an operator accepted: `lakehouse status` and `bronze changes` read it."""
-
-accept_kafka_change = sensor_records.accept_kafka_change
-"""`lakehouse bronze accept-*`: accept a change in Kafka and commit the batch that skips it."""
-
-EXPLAINED = explain.Tables(
-    bronze=sensor_records.NAME,
-    bronze_quarantine=store.quarantine_table("bronze").name,
-    sessions=sessions.NAME,
-    transitions=state_transitions.NAME,
-    violations=violations.NAME,
-    row_changes=row_changes.NAME,
-    session_rows=session_rows.NAME,
-    model_runs=RUNS.name,
-    gold_results=store.results_table("gold").name,
-)
-"""What `lakehouse explain` reads of one session, layer by layer."""
-
-live_sessions = reconstruct.live_state
-"""`lakehouse inspect`: one row per session held in the silver stream's state."""
 
 MODELS: tuple[Model, ...] = tuple(dependency_order(declared_models(gold)))
 """Every gold model, each after the models it reads."""

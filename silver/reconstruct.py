@@ -21,7 +21,6 @@ from lakehouse.core.console import echo
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.observe import progress
-from lakehouse.ops import positions
 from lakehouse.quality import store
 from lakehouse.runtime.streams import (
     AfterBatch,
@@ -31,7 +30,7 @@ from lakehouse.runtime.streams import (
     nothing_after_batch,
     run_foreach_batch,
 )
-from lakehouse.storage import catalog, delta, lease
+from lakehouse.storage import catalog, delta, lease, positions
 from silver import sessions, violations
 from silver.parsing import keyed_records
 from silver.processor import SESSIONS, reconstruct_sessions

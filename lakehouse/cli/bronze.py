@@ -1,10 +1,9 @@
 """`lakehouse bronze accept-loss|retire-topic|accept-recreated|changes`: the operator's
-ways on when Kafka changed under bronze, each recorded in bronze.definitions.CHANGE_LOG."""
+ways on when Kafka changed under bronze, each recorded in bronze.kafka_changes."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 from typing import Any
 
 from lakehouse.cli.context import spark_for
@@ -72,35 +71,25 @@ def add_commands(commands: Any) -> None:
         action.set_defaults(handler=run_accept, change=change)
 
     changes = actions.add_parser(
-        "changes", help="list the changes accepted", description="bronze.definitions.CHANGE_LOG."
+        "changes",
+        help="list the changes accepted",
+        description="Every change in Kafka accepted, from bronze.kafka_changes.",
     )
     changes.set_defaults(handler=run_changes)
 
 
 def run_accept(args: argparse.Namespace) -> None:
-    from lakehouse import definitions
+    from lakehouse.ops.changes import accept
 
     settings, spark = spark_for(args, "bronze-accept")
     partition = getattr(args, "partition", None)
-    accepted = definitions.accept_kafka_change(
-        spark, settings, args.change, args.topic, partition, args.reason
-    )
-    if accepted.finished:
-        echo(
-            f"{definitions.CHANGE_LOG.NAME}: finished the change recorded for bronze batch "
-            f"{accepted.batch} by a command cut short; nothing more to accept:"
-        )
-    else:
-        echo(f"{definitions.CHANGE_LOG.NAME}: accepted in bronze batch {accepted.batch}:")
-    for change in accepted.changes:
-        echo(f"  {definitions.CHANGE_LOG.describe(asdict(change))}")
+    for line in accept(spark, settings, args.change, args.topic, partition, args.reason):
+        echo(line)
 
 
 def run_changes(args: argparse.Namespace) -> None:
-    from lakehouse import definitions
+    from lakehouse.ops.changes import accepted
 
     settings, spark = spark_for(args, "bronze-changes")
-    found = definitions.CHANGE_LOG.history(spark, settings)
-    echo(f"{definitions.CHANGE_LOG.NAME}: {len(found)} partitions changed")
-    for row in found:
-        echo(f"  batch {row['bronze_batch']}: {definitions.CHANGE_LOG.describe(row)}")
+    for line in accepted(spark, settings):
+        echo(line)

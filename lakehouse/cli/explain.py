@@ -39,7 +39,7 @@ def add_commands(commands: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from lakehouse import definitions as pipeline
+    from lakehouse.cli.explain_text import text
     from lakehouse.ops import explain
     from lakehouse.report.explain_page import write_explain_page
 
@@ -54,7 +54,7 @@ def run_explain(args: argparse.Namespace) -> int:
     settings, spark = spark_for(args, "explain", explain.SHORT_RUN)
     sessions = [tuple(s.split("/", 1)) for s in args.sessions]
     if not sessions:
-        sensor, session = explain.session_of_record(spark, settings, pipeline.EXPLAINED, *record)
+        sensor, session = explain.session_of_record(spark, settings, *record)
         echo(
             f"{args.topic}/{args.partition}@{args.offset} is a record of {sensor}/{session}",
             err=True,
@@ -63,18 +63,14 @@ def run_explain(args: argparse.Namespace) -> int:
     found = []
     for sensor, session in sessions:
         began = time.monotonic()
-        found.append(
-            explain.explain_session(
-                spark, settings, pipeline.EXPLAINED, pipeline.MODELS, sensor, session, args.rows
-            )
-        )
+        found.append(explain.explain_session(spark, settings, sensor, session, args.rows))
         echo(f"explained {sensor}/{session} in {time.monotonic() - began:.1f}s", err=True)
     pages = [write_explain_page(settings.quality.site_dir, e.to_dict()) for e in found]
     if args.json:
         print(json.dumps([e.to_dict() for e in found], indent=2, default=str))
     else:
         for e, page in zip(found, pages, strict=True):
-            for line in explain.text(e):
+            for line in text(e):
                 echo(line)
             echo(f"page: {page}")
     return 0 if all(k.exactly_once for e in found for k in e.kafka) else 1

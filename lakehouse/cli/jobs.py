@@ -252,52 +252,33 @@ def _run_gold(
 def run_status(args: argparse.Namespace) -> int:
     import json
 
-    from lakehouse import definitions as pipeline
     from lakehouse.ops.status import lines, status
 
     settings, spark = spark_for(args, "status")
     try:
-        found = status(
-            spark, settings, list(pipeline.STREAMS.values()), pipeline.READERS, pipeline.CHANGE_LOG
-        )
+        found = status(spark, settings)
     except Exception as error:  # not knowing is an error to whoever alerts on the exit code
         echo(f"lakehouse: error: status unknown: {explain(error)}", err=True)
         return 2
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
     else:
-        for line in lines(found, pipeline.CHANGE_LOG, args.partitions):
+        for line in lines(found, args.partitions):
             echo(line)
     return found.exit_code
 
 
 def run_inspect(args: argparse.Namespace) -> None:
-    from pyspark.sql import functions as F
-
-    from lakehouse import definitions as pipeline
+    from lakehouse.ops.inspect import live_sessions
 
     settings, spark = spark_for(args, "inspect")
-    try:
-        state = pipeline.live_sessions(spark, settings)
-        if args.session:
-            named = F.concat_ws("/", "sensor_id", "session_id")
-            state = state.where(F.col("session_id").isin(args.session) | named.isin(args.session))
-        rows = state.orderBy("sensor_id", "session_id").limit(args.limit).collect()
-        total = state.count()
-    except Exception as error:  # Spark's reader says "no state" in a long Java trace
-        raise LakehouseError(f"cannot read silver state: {explain(error)}") from None
-    echo(f"{total:,} live sessions in silver state" + (f" (first {len(rows)})" if rows else ""))
-    for r in rows:
-        echo(
-            f"  {r.sensor_id}/{r.session_id:<36} {r.status:<8} last_seq={r.last_seq} "
-            f"rows={r.table_rows} records={r.records} until={r.deadline:%Y-%m-%d %H:%M:%S} "
-            f"state={r.state_bytes:,}B"
-        )
+    for line in live_sessions(spark, settings, args.session, args.limit):
+        echo(line)
 
 
 def run_compact(args: argparse.Namespace) -> None:
     from lakehouse import definitions as pipeline
-    from lakehouse.ops.compaction import compact
+    from lakehouse.storage.compaction import compact
     from lakehouse.storage.lease import LeaseRefused
 
     settings, spark = spark_for(args, "compact")

@@ -26,7 +26,7 @@ import base64
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -35,18 +35,22 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.core.console import moment, record_at
+from bronze import sensor_records
 from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.core.settings import Settings
+from lakehouse.definitions import MODELS
 from lakehouse.graph.models import Model
+from lakehouse.quality import store
 from lakehouse.services import kafka
 from lakehouse.storage import delta
+from lakehouse.storage.model_runs import RUNS
+from silver import row_changes, session_rows, sessions, state_transitions, violations
 
 LINEAGE = ("topic", "partition", "offset")
+BRONZE_QUARANTINE = store.quarantine_table("bronze").name
+GOLD_RESULTS = store.results_table("gold").name
 INCARNATION = "~"
 """Bronze's topic `TOPIC~N`: the N-th incarnation of a topic deleted and made again."""
-SHOWN = 20
-"""Violations and gold rows the console lists of a session; `--json` has them all."""
 SHORT_RUN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -55,21 +59,6 @@ SHORT_RUN = {
 """Spark settings of the command, which runs some twenty small queries once each and ends:
 Spark interprets their plans rather than compiling classes for each, and the JVM compiles
 with C1 alone, whose code is ready sooner than C2's (docs/benchmarks.md, explain)."""
-
-
-@dataclass(frozen=True)
-class Tables:
-    """The tables an explanation reads, by name (`definitions` names them)."""
-
-    bronze: str
-    bronze_quarantine: str
-    sessions: str
-    transitions: str
-    violations: str
-    row_changes: str
-    session_rows: str
-    model_runs: str
-    gold_results: str
 
 
 @dataclass
@@ -140,8 +129,6 @@ class Explained:
 def explain_session(
     spark: SparkSession,
     settings: Settings,
-    tables: Tables,
-    models: Sequence[Model],
     sensor: str,
     session: str,
     with_rows: bool = False,
@@ -149,15 +136,15 @@ def explain_session(
     """Everything the lake holds about `sensor`/`session`, read by its key and lineage."""
     read = Lake(spark, settings)
     mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
-    rows = read(tables.session_rows).where(mine)
+    rows = read(session_rows.NAME).where(mine)
     # Each read is a small job on its own table: side by side, they wait on storage and
     # the driver together rather than in turn.
     reads: list[Callable[[], Any]] = [
-        lambda: read(tables.sessions).where(mine).collect(),
-        lambda: _rows(read(tables.violations).where(mine).drop("raw_value"), LINEAGE),
-        lambda: _rows(read(tables.transitions).where(mine), (*LINEAGE, "ordinal")),
+        lambda: read(sessions.NAME).where(mine).collect(),
+        lambda: _rows(read(violations.NAME).where(mine).drop("raw_value"), LINEAGE),
+        lambda: _rows(read(state_transitions.NAME).where(mine), (*LINEAGE, "ordinal")),
         lambda: (
-            read(tables.row_changes)
+            read(row_changes.NAME)
             .where(mine)
             .groupBy("op", "topic", "partition")
             .agg(F.count(F.lit(1)), F.min("offset"), F.max("offset"))
@@ -171,26 +158,26 @@ def explain_session(
         ).collect(),
         lambda: _rows(rows, ("row_id",)) if with_rows else None,
     ]
-    found, violations, transitions, changed, (sources,), listed = delta.side_by_side(reads)
+    found, rejected, transitions, changed, (sources,), listed = delta.side_by_side(reads)
     session_row = found[0].asDict() if found else None
     by_op: dict[str, int] = {}
     for op, _, _, count, _, _ in changed:
         by_op[op] = by_op.get(op, 0) + count
     ends = [(t, p, offset) for _, t, p, _, first, last in changed for offset in (first, last)]
-    coordinates = _coordinates(session_row, violations, ends)
+    coordinates = _coordinates(session_row, rejected, ends)
     if session_row is None and not coordinates:
         raise LakehouseError(
-            f"no session {sensor}/{session} in {tables.sessions}, {tables.violations} or "
-            f"{tables.row_changes}: is the sensor id the one its topic names?"
+            f"no session {sensor}/{session} in {sessions.NAME}, {violations.NAME} or "
+            f"{row_changes.NAME}: is the sensor id the one its topic names?"
         )
     # Kafka's side and gold's are independent: the one waits on the broker, the other on
     # gold's tables.
     layers: list[Callable[[], Any]] = [
         lambda: [
-            _kafka_records(read, tables, session, topic, partition, bounds)
+            _kafka_records(read, session, topic, partition, bounds)
             for (topic, partition), bounds in sorted(coordinates.items())
         ],
-        lambda: _gold(read, tables, models, sensor, session),
+        lambda: _gold(read, sensor, session),
     ]
     kafka_records, gold = delta.side_by_side(layers)
     return Explained(
@@ -199,7 +186,7 @@ def explain_session(
         session_row,
         kafka_records,
         transitions or None,
-        violations,
+        rejected,
         by_op,
         sources["rows"],
         listed,
@@ -232,17 +219,17 @@ class Lake:
 
 
 def session_of_record(
-    spark: SparkSession, settings: Settings, tables: Tables, topic: str, partition: int, offset: int
+    spark: SparkSession, settings: Settings, topic: str, partition: int, offset: int
 ) -> tuple[str, str]:
     """The (sensor, session) of one Kafka record, as silver reads it: the sensor its topic
     names, the session id its value names. Looked up in bronze, then in its quarantine."""
     read = Lake(spark, settings)
     at = (F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset)
-    kept = read(tables.bronze).where(at).select("value").collect()
+    kept = read(sensor_records.NAME).where(at).select("value").collect()
     if kept:
         value = kept[0].value
     else:
-        caught = read(tables.bronze_quarantine).where(at & (F.col("table_name") == tables.bronze))
+        caught = read(BRONZE_QUARANTINE).where(at & (F.col("table_name") == sensor_records.NAME))
         rows = caught.select("row_json").collect()
         if not rows:
             raise LakehouseError(
@@ -285,7 +272,6 @@ def _coordinates(
 
 def _kafka_records(
     read: Lake,
-    tables: Tables,
     session: str,
     topic: str,
     partition: int,
@@ -301,9 +287,9 @@ def _kafka_records(
         & F.col("offset").between(first, last)
     )
     named = F.get_json_object(F.col("value").cast("string"), "$.session_id") == F.lit(session)
-    kept = read(tables.bronze).where(in_range & named).select("offset", "kafka_timestamp")
-    quarantined = read(tables.bronze_quarantine).where(
-        in_range & (F.col("table_name") == tables.bronze)
+    kept = read(sensor_records.NAME).where(in_range & named).select("offset", "kafka_timestamp")
+    quarantined = read(BRONZE_QUARANTINE).where(
+        in_range & (F.col("table_name") == sensor_records.NAME)
     )
 
     def ours(_: bytes | None, value: bytes | None) -> bool:
@@ -380,8 +366,6 @@ def _quarantined_time(row_json: str) -> datetime | None:
 
 def _gold(
     read: Lake,
-    tables: Tables,
-    models: Sequence[Model],
     sensor: str,
     session: str,
 ) -> list[GoldRows]:
@@ -389,7 +373,7 @@ def _gold(
     rows found for the model it reads), then the run that last wrote them."""
     found: dict[str, DataFrame] = {}
     try:
-        return _gold_rows(read, tables, models, sensor, session, found)
+        return _gold_rows(read, sensor, session, found)
     finally:  # a command explains sessions one after another: no cache outlives its own
         for rows in found.values():
             rows.unpersist()
@@ -397,8 +381,6 @@ def _gold(
 
 def _gold_rows(
     read: Lake,
-    tables: Tables,
-    models: Sequence[Model],
     sensor: str,
     session: str,
     found: dict[str, DataFrame],
@@ -406,13 +388,13 @@ def _gold_rows(
     """`_gold`'s work; `found` gets each model's rows, cached, as they are read."""
     mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
     explained = []
-    for model in models:
+    for model in MODELS:
         inputs = [found[name] if name in found else read(name).where(mine) for name in model.reads]
         keys = model.changed_keys(*inputs).select(*model.key).distinct()
         found[model.name] = read(model.name).join(keys, list(model.key), "left_semi").cache()
         explained.append(GoldRows(model.name, list(model.key), _rows(found[model.name], model.key)))
-    fed = [(g, next(m for m in models if m.name == g.model)) for g in explained if g.rows]
-    calls: list[Callable[[], Any]] = [lambda: read(tables.model_runs).collect()]
+    fed = [(g, next(m for m in MODELS if m.name == g.model)) for g in explained if g.rows]
+    calls: list[Callable[[], Any]] = [lambda: read(RUNS.name).collect()]
     calls += [partial(_last_commits, read, m, found[m.name], len(g.rows)) for g, m in fed]
     runs, *commits = delta.side_by_side(calls)
     # Delta's commit time may be cut to the second (object stores): a second either side.
@@ -432,13 +414,13 @@ def _gold_rows(
         for (g, _), times in zip(fed, commits, strict=True)
         if not isinstance(times, str)
     }  # fmt: skip
-    gates = _gates(read, tables, [windows[(r.run_id, r.model)] for rs in written.values()
+    gates = _gates(read, [windows[(r.run_id, r.model)] for rs in written.values()
                                   for r in rs])  # fmt: skip
     for (g, _), times in zip(fed, commits, strict=True):
         if isinstance(times, str):
             g.runs = [{"note": times}]
         elif not written[g.model]:
-            g.runs = [{"note": f"no run in {tables.model_runs} was running at its last commit"}]
+            g.runs = [{"note": f"no run in {RUNS.name} was running at its last commit"}]
         else:
             g.runs = [
                 _run_entry(
@@ -492,9 +474,7 @@ def _last_commits(read: Lake, model: Model, rows: DataFrame, count: int) -> list
         span *= 4
 
 
-def _gates(
-    read: Lake, tables: Tables, windows: Sequence[tuple[datetime, datetime]]
-) -> list[dict[str, Any]]:
+def _gates(read: Lake, windows: Sequence[tuple[datetime, datetime]]) -> list[dict[str, Any]]:
     """Gold's gate results validated within any of `windows` (the runs' times)."""
     if not windows:
         return []
@@ -503,120 +483,8 @@ def _gates(
         within = within | F.col("validated_at").between(first, last)
     columns = ("table_name", "validated_at", "expectation", "severity", "success",
                "unexpected_count")  # fmt: skip
-    return _rows(read(tables.gold_results).where(within).select(*columns), ("expectation",))
+    return _rows(read(GOLD_RESULTS).where(within).select(*columns), ("expectation",))
 
 
 def _within(at: datetime, window: tuple[datetime, datetime]) -> bool:
     return window[0] <= at <= window[1]
-
-
-def text(explained: Explained) -> list[str]:
-    """The console's lines: what a person reads without knowing the lake."""
-    e, s = explained, explained.session_row or {}
-    lines = [
-        f"{e.sensor}/{e.session}: " + (
-            f"{s['status']}, {s['records']:,} records, {e.rows_now:,} rows now"
-            if s else "not in silver.sessions (only its rejected records are)"
-        ),
-        "",
-        "Kafka (what the sensor sent) and bronze (what the lake took in):",
-    ]  # fmt: skip
-    for k in e.kafka:
-        lines.append(
-            f"  {k.topic} partition {k.partition}, offsets {k.first_offset:,}..{k.last_offset:,}: "
-            f"{k.records:,} records of the session, {moment(k.first_timestamp)} .. "
-            f"{moment(k.last_timestamp)}"
-        )
-        verdict = "exactly once" if k.exactly_once else "NOT exactly once"
-        if k.in_kafka is None:  # nothing to hold bronze against: say only what it holds
-            verdict = "each once at most" if k.exactly_once else "NOT once each"
-        lines.append(
-            f"  bronze holds them {verdict}: {k.in_bronze:,} in bronze.sensor_records, "
-            f"{k.in_quarantine:,} in bronze.quarantine"
-            + (f"; the broker holds {k.in_kafka:,}" if k.in_kafka is not None else "")
-        )
-        if k.held_twice:
-            lines.append(f"  held more than once: offsets {_list(k.held_twice)}")
-        if k.missing:
-            lines.append(f"  in Kafka, not in bronze: offsets {_list(k.missing)}")
-        if k.kafka_note:
-            lines.append(f"  {k.kafka_note}")
-    lines += ["", "silver (the session rebuilt, record by record):"]
-    if s:
-        lines.append(
-            f"  {s['status']}; seq {s['first_seq']}..{s['last_seq']}; {s['records']:,} records: "
-            f"{s['snapshots']:,} snapshots, {s['updates']:,} updates, {s['rejected']:,} rejected, "
-            f"{s['gaps']:,} gaps; {moment(s['first_event_time'])} .. {moment(s['last_event_time'])}"
-        )
-    if e.transitions is None:
-        lines.append(
-            "  state transitions: not recorded (silver ran without --trace for this session); "
-            "the row changes and violations below say what each record did"
-        )
-    else:
-        lines.append(f"  state transitions ({len(e.transitions)}):")
-        lines += [
-            f"    seq {t['seq']} {t['action']} ({record_at(t)}): {t['before']} -> {t['after']}"
-            for t in e.transitions
-        ]
-    ops = ", ".join(f"{op} {n:,}" for op, n in sorted(e.changes_by_op.items()))
-    lines.append(f"  row changes: {ops or 'none'}")
-    lines.append(f"  violations ({len(e.violations)}):")
-    lines += [
-        f"    {v['reason']} ({record_at(v)}): "
-        f"expected seq {v['expected_seq']}, found {v['found_seq']}"
-        + (f"; {v['detail']}" if v["detail"] else "")
-        for v in e.violations[:SHOWN]
-    ]
-    if len(e.violations) > SHOWN:
-        lines.append(f"    ... and {len(e.violations) - SHOWN:,} more (--json lists them all)")
-    src = e.row_sources
-    lines.append(
-        f"  rows now: {e.rows_now:,}"
-        + (
-            f", from {src['records']:,} records (offsets {src['oldest_offset']:,}.."
-            f"{src['newest_offset']:,})"
-            if e.rows_now
-            else ""
-        )
-    )
-    for row in e.rows or ():
-        values = {k: v for k, v in row.items() if k not in (*LINEAGE, "sensor_id", "session_id")}
-        lines.append(f"    {_short(values)} <- {record_at(row)}")
-    lines += ["", "gold (every row the session feeds):"]
-    for g in e.gold:
-        lines.append(f"  {g.model}: {len(g.rows):,} rows")
-        for row in g.rows[:SHOWN]:
-            lines.append(f"    {_short({k: row[k] for k in g.key})}")
-        if len(g.rows) > SHOWN:
-            lines.append(f"    ... and {len(g.rows) - SHOWN:,} more (--json lists them all)")
-        for run in g.runs:
-            if "note" in run:
-                lines.append(f"    last written: unknown ({run['note']})")
-                continue
-            gate = run["gate"]
-            passed = sum(1 for r in gate if r["success"])
-            lines.append(
-                f"    last written by run {run['run_id']} ({run['mode']}, "
-                f"{moment(run['started_at'])}); its gate: {passed}/{len(gate)} passed"
-            )
-            lines += [
-                f"      FAILED {r['expectation']} ({r['severity']}): unexpected "
-                f"{r['unexpected_count']}"
-                for r in gate
-                if not r["success"]
-            ]
-    return lines
-
-
-def _list(offsets: Sequence[int], at_most: int = 10) -> str:
-    shown = ", ".join(f"{o:,}" for o in offsets[:at_most])
-    return shown + (f" and {len(offsets) - at_most:,} more" if len(offsets) > at_most else "")
-
-
-def _short(value: Mapping[str, Any]) -> str:
-    return ", ".join(
-        f"{k}={moment(v) if isinstance(v, datetime) else v}"
-        for k, v in value.items()
-        if v is not None
-    )

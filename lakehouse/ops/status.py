@@ -20,18 +20,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from bronze import kafka_changes
 from lakehouse.core.console import duration, size
 from lakehouse.core.settings import FreshnessRule, KafkaLagRule, Settings, StallRule
+from lakehouse.definitions import READERS, STREAMS
 from lakehouse.observe import progress
-from lakehouse.ops import positions
-from lakehouse.ops.positions import Reader
 from lakehouse.services.kafka import record_times, watermarks
-from lakehouse.storage import catalog
+from lakehouse.storage import catalog, positions
+from lakehouse.storage.positions import Reader
 
 Level = Literal["ok", "warn", "error"]
 LEVELS: tuple[Level, ...] = ("ok", "warn", "error")
@@ -115,27 +116,6 @@ class Freshness:
     level: Level
 
 
-class StreamInput(Protocol):
-    """A stream of the pipeline as status needs it: its layer (its progress node), what it
-    reads (`kafka`, or a table) and its checkpoint."""
-
-    @property
-    def layer(self) -> str: ...
-    @property
-    def reads(self) -> str: ...
-    @property
-    def checkpoint(self) -> str: ...
-
-
-class ChangeLog(Protocol):
-    """Where the changes in Kafka an operator accepted are kept (bronze.kafka_changes)."""
-
-    NAME: str
-
-    def history(self, spark: SparkSession, settings: Settings) -> list[dict[str, Any]]: ...
-    def describe(self, change: Mapping[str, Any]) -> str: ...
-
-
 @dataclass
 class Status:
     streams: list[StreamState] = field(default_factory=list)
@@ -165,12 +145,10 @@ class Status:
 def status(
     spark: SparkSession,
     settings: Settings,
-    streams: Sequence[StreamInput],
-    readers: Sequence[Reader],
-    changes: ChangeLog,
     now: datetime | None = None,
 ) -> Status:
     """The pipeline's status as of `now`."""
+    streams, readers = STREAMS.values(), READERS
     now = now or datetime.now(UTC)
     rules = settings.status
     found = Status(streams=stream_states(spark, settings, now))
@@ -198,7 +176,7 @@ def status(
         if any(p.lag for p in lags):
             waiting[stream.layer] = f"{sum(p.lag for p in lags):,} Kafka records"
     found.stalls = stalls(found.streams, waiting, rules.stalled)
-    found.kafka_changes = changes.history(spark, settings)
+    found.kafka_changes = kafka_changes.history(spark, settings)
     found.freshness = [freshness(spark, settings, rule, now) for rule in rules.freshness]
     return found
 
@@ -376,7 +354,7 @@ def level_of(age_seconds: float, rule: FreshnessRule) -> Level:
     return _level(age_seconds, rule.warn_after_seconds, rule.error_after_seconds)
 
 
-def lines(found: Status, changes: ChangeLog, partitions: bool = False) -> list[str]:
+def lines(found: Status, partitions: bool = False) -> list[str]:
     """The status as a person reads it: Kafka lag by topic with the partitions that lag,
     or every partition with `partitions`."""
     out = ["streams:"]
@@ -419,9 +397,10 @@ def lines(found: Status, changes: ChangeLog, partitions: bool = False) -> list[s
                 for p in shown
             ]
     if found.kafka_changes:
-        out.append(f"kafka changes accepted ({changes.NAME}), the latest first:")
+        out.append(f"kafka changes accepted ({kafka_changes.NAME}), the latest first:")
         out += [
-            f"  batch {c['bronze_batch']}: {changes.describe(c)}" for c in found.kafka_changes[:10]
+            f"  batch {c['bronze_batch']}: {kafka_changes.describe(c)}"
+            for c in found.kafka_changes[:10]
         ]
     out.append("readers behind their inputs:")
     out += [

@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 from bronze import kafka_changes, sensor_records
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import load_settings
-from lakehouse.ops import positions
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka, client_options
+from lakehouse.storage import positions
 from silver.parsing import keyed_records
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows

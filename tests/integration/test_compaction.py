@@ -18,9 +18,9 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS, READERS
 from lakehouse.graph.models import run_models
-from lakehouse.ops.compaction import compact, snapshot, storage
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.storage import catalog, delta
+from lakehouse.storage.compaction import compact, snapshot, storage
 from silver import reconstruct
 from tests.support import overrides, reference, settings_for, start_lakehouse
 from tests.support.gold import BASE, INCREMENTS, Bronze

@@ -198,7 +198,6 @@ def test_a_record_names_its_session_and_a_reused_id_stays_with_its_sensor(
     assert explain.session_of_record(
         spark,
         settings,
-        pipeline.EXPLAINED,
         kafka["topic"],
         kafka["partition"],
         kafka["last_offset"],

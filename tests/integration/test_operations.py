@@ -20,7 +20,6 @@ from pyspark.sql import functions as F
 
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
-from lakehouse.definitions import CHANGE_LOG, READERS, STREAMS
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.ops.status import status as lakehouse_status
 from lakehouse.services import process
@@ -139,7 +138,7 @@ def test_status_reports_the_true_kafka_lag_while_bronze_is_stopped_and_freshness
     hourly = settings_for(
         root, kafka_bootstrap, PREFIX, status__freshness=freshness_rule(3600, 7200)
     )
-    fresh = lakehouse_status(spark, hourly, list(STREAMS.values()), READERS, CHANGE_LOG)
+    fresh = lakehouse_status(spark, hourly)
     assert fresh.exit_code == 0 and fresh.freshness[0].age_seconds < 600
 
     # what status read is what the batches of both runs recorded: every record, once

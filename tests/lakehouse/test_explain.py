@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, session_named, text
+from lakehouse.cli.explain_text import text, violation
+from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, session_named
 from lakehouse.report.explain_page import write_explain_page
 
 
@@ -63,3 +64,15 @@ def test_the_page_says_what_bronze_holds_twice(tmp_path: Path) -> None:
     assert "NOT exactly once" in shown and "twice: 12" in shown
     assert "2026-01-01 00:00:00 .. 2026-01-01 00:01:00" in shown
     assert page.name in (tmp_path / "explain" / "index.html").read_text()
+
+
+def test_a_violation_says_what_it_found_once_and_no_seq_it_did_not_expect() -> None:
+    def found(expected: int | None, seq: int | None, detail: str | None) -> str:
+        return violation({"expected_seq": expected, "found_seq": seq, "detail": detail})
+
+    # A gap's detail is the seqs themselves: said once, not twice.
+    assert found(519, 520, "expected seq 519, found 520") == "expected seq 519, found 520"
+    # A record quarantined while the session waits for a snapshot expected no seq.
+    assert found(None, 521, "waiting for a snapshot") == "seq 521; waiting for a snapshot"
+    assert found(7, None, "no seq") == "expected seq 7, found no readable seq; no seq"
+    assert found(None, None, None) == "no readable seq"

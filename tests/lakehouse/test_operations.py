@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from bronze import kafka_changes
 from lakehouse.core.console import duration, size
 from lakehouse.core.settings import FreshnessRule, KafkaLagRule, StallRule
 from lakehouse.graph.execute import NodeResult, node_row
@@ -193,7 +192,7 @@ def test_status_lists_the_kafka_changes_accepted_with_who_and_when() -> None:
         "accepted_at": datetime(2026, 11, 26, 3, 0, tzinfo=UTC),
         "reason": "retention ran out over the weekend",
     }
-    said = lines(Status(kafka_changes=[accepted]), kafka_changes)
+    said = lines(Status(kafka_changes=[accepted]))
     assert (
         "  batch 9: offsets_lost     sensors.a/0: skipped offsets 120..239, reads from 240, "
         "by ops at 2026-11-26 03:00:00: retention ran out over the weekend"
@@ -273,7 +272,7 @@ def test_status_shows_a_line_per_topic_and_the_partitions_behind_or_all_when_ask
     lags = [lagging("s.a", 0, 0, None), lagging("s.a", 1, 200, 90), lagging("s.b", 0, 0, None)]
     found = Status(kafka=lags, topics=topic_lags(lags, LAG_RULE, NOW))
 
-    short, every = lines(found, kafka_changes), lines(found, kafka_changes, partitions=True)
+    short, every = lines(found), lines(found, partitions=True)
 
     kafka = short[short.index("kafka lag (bronze behind the broker): 200 records") + 1 :]
     assert kafka[:3] == [

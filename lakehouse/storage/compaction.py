@@ -19,9 +19,9 @@ from pyspark.sql import SparkSession
 from lakehouse.core.console import duration, echo, size
 from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.core.settings import Settings
-from lakehouse.ops.positions import Reader, reader_lags
 from lakehouse.storage import catalog, delta, lease
 from lakehouse.storage.delta import retry_on_conflict
+from lakehouse.storage.positions import Reader, reader_lags
 
 
 @dataclass(frozen=True)
