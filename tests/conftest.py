@@ -67,14 +67,6 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop()
 
 
-@pytest.fixture(autouse=True)
-def _metastore_for_integration(request: pytest.FixtureRequest) -> None:
-    """Every integration test shares the metastore, whether it builds a Spark session here
-    or runs the CLI; a unit test starts no JVM."""
-    if request.node.get_closest_marker("integration") is not None:
-        request.getfixturevalue("metastore")
-
-
 @pytest.fixture(scope="session")
 def metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real metastore on 127.0.0.1 that every Spark application of the run shares: this

@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests that only some modules use."""
+"""Fixtures of the integration tests: the metastore every one of them shares, and those
+that only some modules use."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ import pytest
 
 from lakehouse.services.s3 import EmbeddedS3
 from tests.support import S3_KEYS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_metastore(metastore: str) -> str:
+    """Every integration test shares the metastore, whether it builds a Spark session here
+    or runs the CLI (started before any module's fixtures); a unit test starts no JVM."""
+    return metastore
 
 
 @pytest.fixture(scope="module")
