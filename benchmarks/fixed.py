@@ -41,10 +41,10 @@ from pyspark.sql.streaming import StreamingQueryListener
 from benchmarks.common import broker, run_settings
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import STREAMS, NodeRunner, graph, run_stream
-from lakehouse.graph.execute import NodeResult, walk
 from lakehouse.graph.nodes import Node, select
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.spark import build_spark
+from lakehouse.runtime.walk import NodeResult, walk
 
 BRONZE, SILVER = "bronze.sensor_records", "silver.sessions_stream"
 """The streams' query names, as their progress events name them."""

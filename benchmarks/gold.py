@@ -32,9 +32,9 @@ import pandas as pd
 from benchmarks.common import fmt, run_settings, timed
 from bronze import sensor_records
 from lakehouse.definitions import MODELS, READERS
-from lakehouse.graph.models import ModelRun, run_models
 from lakehouse.ops.producer import TrafficSpec, generate_traffic
 from lakehouse.quality.gates import WriteGate, write_gate
+from lakehouse.runtime.incremental import ModelRun, run_models
 from lakehouse.runtime.spark import build_spark
 from lakehouse.storage import delta
 from lakehouse.storage.compaction import compact, snapshot

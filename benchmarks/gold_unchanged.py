@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from benchmarks.common import timed
 from benchmarks.gold import Lake
 from lakehouse.definitions import MODELS
-from lakehouse.graph import models as incremental
-from lakehouse.graph.models import Source, run_models
+from lakehouse.runtime import incremental
+from lakehouse.runtime.incremental import Source, run_models
 
 
 def pin_by_describe(spark: SparkSession, name: str, uri: str) -> Source:

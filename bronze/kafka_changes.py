@@ -33,6 +33,26 @@ from lakehouse.core.settings import Settings
 from lakehouse.core.tables import TableSpec
 from lakehouse.storage import catalog, delta, positions
 
+INCARNATION = "~"
+"""Bronze names the N-th incarnation of a re-created topic `TOPIC~N` (N > 1)."""
+
+
+def incarnation_topic(topic: str, incarnation: int) -> str:
+    """The topic bronze's rows name for `incarnation` of Kafka's `topic`."""
+    return topic if incarnation == 1 else f"{topic}{INCARNATION}{incarnation}"
+
+
+def kafka_topic(named: str) -> tuple[str, int]:
+    """The Kafka topic and its incarnation that a topic of bronze's rows names."""
+    topic, _, incarnation = named.partition(INCARNATION)
+    return topic, int(incarnation or 1)
+
+
+def kafka_topic_of(named: Column) -> Column:
+    """`kafka_topic`'s topic, of a column."""
+    return F.regexp_replace(named, f"{INCARNATION}[0-9]+$", "")
+
+
 TABLE = TableSpec(
     name="bronze.kafka_changes",
     grain="one row per partition of a change in Kafka an operator accepted",
@@ -92,7 +112,8 @@ class Topics:
         """The topic a bronze row names: `TOPIC~N` for the N-th incarnation of a topic."""
         topic = F.col("topic")
         for name, incarnation in sorted(self.incarnations.items()):
-            topic = F.when(F.col("topic") == name, F.lit(f"{name}~{incarnation}")).otherwise(topic)
+            named = F.lit(incarnation_topic(name, incarnation))
+            topic = F.when(F.col("topic") == name, named).otherwise(topic)
         return topic
 
 

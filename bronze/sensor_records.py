@@ -259,8 +259,8 @@ def refuse_a_rebuild_that_loses_records(
     )
     lost = []
     for r in sorted(held):
-        topic, _, incarnation = r.topic.partition("~")
-        if int(incarnation or 1) != incarnations.get(topic, 1):
+        topic, incarnation = kafka_changes.kafka_topic(r.topic)
+        if incarnation != incarnations.get(topic, 1):
             lost.append(f"{r.topic}/{r.partition} (an incarnation Kafka no longer has)")
             continue
         low, high = kafka.get((topic, r.partition), (0, 0))  # gone: nothing

@@ -25,13 +25,14 @@ from bronze import kafka_changes, sensor_records
 from lakehouse.core.console import echo
 from lakehouse.core.settings import Settings
 from lakehouse.core.tables import TableSpec, columns_of
-from lakehouse.graph.execute import Done, Status
-from lakehouse.graph.models import Model, ModelRun, declared_models, dependency_order
+from lakehouse.graph.models import Model, declared_models, dependency_order
 from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
 from lakehouse.observe import lineage, progress
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
+from lakehouse.runtime.incremental import ModelRun
 from lakehouse.runtime.streams import RunStats, Stream
+from lakehouse.runtime.walk import Done, Status
 from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import compaction, lease
 from lakehouse.storage.model_runs import RUNS
@@ -259,7 +260,7 @@ class NodeRunner:
         return Done(rows_read=stats.input_rows, message=lines[0])
 
     def _model(self, node: Node) -> Done:
-        from lakehouse.graph.models import run_models
+        from lakehouse.runtime.incremental import run_models
 
         model = next(m for m in MODELS if m.name == node.name)
         with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
@@ -287,7 +288,7 @@ class NodeRunner:
     def _run_log(self) -> dict[str, dict[str, tuple[int, str]]]:
         """What each model's last run processed, read once per walk: a model's own entry
         changes only when it runs, and it runs once in a walk."""
-        from lakehouse.graph.models import run_log
+        from lakehouse.runtime.incremental import run_log
 
         return run_log(self.spark, self.settings.storage)
 

@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from bronze import kafka_changes
 from silver import protocol
 from silver.protocol import Field, FieldType
 
@@ -194,7 +195,7 @@ def topic_sensor(topic_prefix: str) -> Column:
     """The sensor a record's topic names: its suffix after the prefix (the whole topic if
     it lacks the prefix, which the pattern that discovers topics rules out), without the
     `~N` bronze names a re-created topic's N-th incarnation by."""
-    topic = F.regexp_replace("topic", "~[0-9]+$", "")
+    topic = kafka_changes.kafka_topic_of(F.col("topic"))
     return F.when(
         topic.startswith(topic_prefix), F.substring(topic, len(topic_prefix) + 1, 1 << 20)
     ).otherwise(topic)

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bronze import sensor_records
-from lakehouse.core.console import echo
+from lakehouse.core.console import echo, pairs
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.observe import progress
@@ -190,13 +190,9 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
     return [
         f"silver: +{stats.input_rows:,} bronze records in {stats.batches} batches "
         f"({stats.seconds:.1f}s)",
-        f"  sessions by status:   {_pairs(by_status)}",
-        f"  violations by reason: {_pairs(by_reason) or 'none'}",
+        f"  sessions by status:   {pairs(by_status)}",
+        f"  violations by reason: {pairs(by_reason) or 'none'}",
     ]
-
-
-def _pairs(counts: dict[str, int]) -> str:
-    return ", ".join(f"{key}={value:,}" for key, value in counts.items())
 
 
 STREAM = Stream("silver", sensor_records.NAME, CHECKPOINT, WRITES, run, summary, traced=True)

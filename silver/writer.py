@@ -132,9 +132,8 @@ class SilverWriter:
     def __call__(self, batch: DataFrame, txn: Txn) -> None:
         self.held.check()
         # A checkpoint's first batch holds all of bronze (`reconstruct.run`): it replaces
-        # silver's tables rather than adding to them, so that a rebuild (a new checkpoint,
-        # by --full-refresh or a lost one) never leaves a row twice.
-        rebuild = txn.version == 0
+        # silver's tables (a new checkpoint, by --full-refresh or a lost one).
+        rebuild = txn.rebuilds
         # Every table and every expectation reads the same outputs: computed once.
         batch.persist()
         try:
@@ -186,7 +185,6 @@ class SilverWriter:
             )
         admitted = {name: gate.admit(rows, name) for name, rows in selected.items()}
         gate.refuse_failures(batch.sparkSession)
-        rebuild = txn.version == 0
         # The tables are independent: each is written by a thread of its own, so that each
         # one's planning and commits (mostly waiting, on storage and on the driver) overlap
         # the others' work. All write under the batch's one transaction (the MERGEs read
@@ -196,7 +194,7 @@ class SilverWriter:
         writes: list[Callable[[], None]] = [
             partial(self.merge_rows, batch, txn, counted, admitted, selected, held_before),
             partial(self.merge_sessions, txn, admitted),
-            partial(gate.record, rebuild, batch.sparkSession),
+            partial(gate.record, txn.rebuilds, batch.sparkSession),
         ]
         writes += [
             partial(self.append, batch, txn, admitted, spec)
@@ -211,7 +209,7 @@ class SilverWriter:
         rows = admitted.get(spec.name)
         if rows is None:
             rows = outputs.select(batch, spec, txn.version)
-        (delta.replace if txn.version == 0 else delta.append)(rows, self.uri[spec.name], txn)
+        (delta.replace if txn.rebuilds else delta.append)(rows, self.uri[spec.name], txn)
 
     def merge_rows(
         self,
@@ -233,11 +231,9 @@ class SilverWriter:
             latest = outputs.select(marked, row_changes.TABLE, txn.version)
             resets = counted.resets
             held = held_before.result() if held_before is not None else None
-        rebuild = txn.version == 0
         uri = self.uri[session_rows.NAME]
-        session_rows.write(changes, uri, txn, latest, rebuild, resets, held)
+        session_rows.write(changes, uri, txn, latest, txn.rebuilds, resets, held)
 
     def merge_sessions(self, txn: Txn, admitted: dict[str, DataFrame]) -> None:
         if sessions.NAME in admitted:
-            rebuild = txn.version == 0
-            sessions.write(admitted[sessions.NAME], self.uri[sessions.NAME], txn, rebuild)
+            sessions.write(admitted[sessions.NAME], self.uri[sessions.NAME], txn, txn.rebuilds)

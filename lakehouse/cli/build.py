@@ -12,8 +12,8 @@ from lakehouse.core.console import echo
 if TYPE_CHECKING:
     from lakehouse.core.settings import Settings
     from lakehouse.definitions import NodeRunner
-    from lakehouse.graph.execute import NodeResult
     from lakehouse.graph.nodes import Graph, Node
+    from lakehouse.runtime.walk import NodeResult
 
 SELECTION_HELP = (
     "nodes as dbt selects them: a name (silver, gold.sensor_hourly or sensor_hourly, "
@@ -74,9 +74,9 @@ def run_ls(args: argparse.Namespace) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     from lakehouse import definitions as pipeline
-    from lakehouse.graph.execute import tally
     from lakehouse.graph.nodes import select
     from lakehouse.observe import metrics
+    from lakehouse.runtime.walk import tally
 
     settings = settings_of(args)
     graph = pipeline.graph(settings)
@@ -111,7 +111,7 @@ def walk(
 ) -> list[NodeResult]:
     """`graph.execute.walk` for this command: its arguments in run_results.json."""
     from lakehouse import definitions as pipeline
-    from lakehouse.graph import execute
+    from lakehouse.runtime import walk as execute
 
     invocation = {k: v for k, v in vars(args).items() if k != "handler"}
     manifest = pipeline.manifest(settings, graph)

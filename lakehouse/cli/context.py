@@ -26,7 +26,3 @@ def spark_for(
 
     settings = settings_of(args)
     return settings, session_for(settings, app, extra, validates)
-
-
-def pairs(counts: dict[str, int]) -> str:
-    return ", ".join(f"{key}={value:,}" for key, value in counts.items())

@@ -8,8 +8,8 @@ import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.cli.context import pairs, spark_for
-from lakehouse.core.console import echo
+from lakehouse.cli.context import spark_for
+from lakehouse.core.console import echo, pairs
 from lakehouse.core.errors import LakehouseError, explain
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ def _run_stream(
     stop: threading.Event,
 ) -> None:
     from lakehouse import definitions as pipeline
-    from lakehouse.graph.execute import observed
+    from lakehouse.runtime.walk import observed
 
     runner = pipeline.NodeRunner(session, settings, True, trace, stop=stop)
     (observed(runner, lineage) if lineage else runner)(node)

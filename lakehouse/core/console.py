@@ -142,3 +142,8 @@ def divert(log: Path) -> None:
     # that do not propagate; the error raised says it in one line.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).handlers[:] = [handler]
+
+
+def pairs(counts: dict[str, int]) -> str:
+    """`success=3, warn=1`: counts by what they count."""
+    return ", ".join(f"{key}={value:,}" for key, value in counts.items())

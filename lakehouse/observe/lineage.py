@@ -21,7 +21,6 @@ describes the pipeline, it is not part of its answer.
 
 from __future__ import annotations
 
-import json
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -315,11 +314,3 @@ def _transport(settings: LineageSettings, state_dir: Path) -> Any:
     path = state_dir / EVENTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileTransport(FileConfig(log_file_path=str(path), append=True))
-
-
-def read_events(state_dir: Path) -> list[dict[str, Any]]:
-    """The file transport's events, oldest first."""
-    path = state_dir / EVENTS_FILE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,7 +34,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bronze import sensor_records
+from bronze import kafka_changes, sensor_records
 from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
@@ -49,8 +48,6 @@ from silver import row_changes, session_rows, sessions, state_transitions, viola
 LINEAGE = ("topic", "partition", "offset")
 BRONZE_QUARANTINE = store.quarantine_table("bronze").name
 GOLD_RESULTS = store.results_table("gold").name
-INCARNATION = "~"
-"""Bronze's topic `TOPIC~N`: the N-th incarnation of a topic deleted and made again."""
 SHORT_RUN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -242,7 +239,7 @@ def session_of_record(
             f"{topic}/{partition}@{offset} names no session: its value is not a JSON object "
             "with a session_id"
         )
-    sensor = re.sub(r"~[0-9]+$", "", topic).removeprefix(settings.kafka.topic_prefix)
+    sensor = kafka_changes.kafka_topic(topic)[0].removeprefix(settings.kafka.topic_prefix)
     return sensor, session
 
 
@@ -296,7 +293,7 @@ def _kafka_records(
         return session_named(value) == session
 
     def in_broker() -> tuple[list[int] | None, str]:
-        if INCARNATION in topic:  # bronze's name for a topic deleted and made again
+        if kafka_changes.kafka_topic(topic)[1] > 1:  # a topic deleted and made again
             return None, f"not compared with Kafka: {topic} is an incarnation of a remade topic"
         try:
             return kafka.offsets_naming(read.settings, topic, partition, first, last, ours)

@@ -29,7 +29,7 @@ from lakehouse.core.settings import Settings
 from lakehouse.quality import store
 from lakehouse.quality.gates import input_views
 from lakehouse.quality.store import Outcome
-from lakehouse.quality.suites import Suite, load_suites
+from lakehouse.quality.suites import Suite
 from lakehouse.quality.validator import Validator
 from lakehouse.storage import catalog, delta
 from lakehouse.storage.model_runs import RUNS, last_versions
@@ -186,17 +186,3 @@ def _reads_the_clock(suite: Suite) -> bool:
     """Whether an expectation may judge the same rows differently from one run to the
     next (a freshness query reads the time): its outcome is never reused."""
     return any(_CLOCK.search(json.dumps(check.kwargs)) for check in suite.checks)
-
-
-def check_tables(
-    spark: SparkSession,
-    settings: Settings,
-    select: str | None = None,
-    since: str | None = None,
-    echo: Callable[[str], None] = echo,
-) -> list[TableCheck]:
-    """Validate every selected table that exists; results go to the results table."""
-    suites = load_suites(settings.quality.suites_dir, select)
-    checker = Checker(spark, settings, suites)
-    found = [checker.check(s.table, since, echo) for s in suites]
-    return [c for c in found if c is not None]

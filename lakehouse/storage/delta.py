@@ -62,6 +62,13 @@ class Txn:
     app_id: str
     version: int
 
+    @property
+    def rebuilds(self) -> bool:
+        """A checkpoint's first batch: the stream's first after a new checkpoint, which
+        replaces its tables rather than adding to them, so that a rebuild never leaves a
+        row twice."""
+        return self.version == 0
+
 
 def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
     """Create the table of `spec` at `location` unless it exists, and name it in the catalog.

@@ -14,9 +14,8 @@ from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
-from lakehouse.observe import lineage
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
-from tests.support import foreign_lines, overrides, run_lakehouse, settings_for
+from tests.support import foreign_lines, lineage_events, overrides, run_lakehouse, settings_for
 from tests.support.browser import render
 from tests.support.openlineage_spec import problems
 
@@ -229,7 +228,7 @@ def test_a_failing_fail_check_skips_what_is_downstream_and_lets_other_branches_g
     assert "no_session_has_records (fail)" in message
     assert "build: success=10 error=1 skipped=2" in result.stdout
     # its lineage: FAIL with the assertion that failed; what was skipped never ran
-    events = lineage.read_events(settings.storage.local_state_dir)
+    events = lineage_events(settings.storage.local_state_dir)
     walk = events[-1]["run"]["facets"]["parent"]["run"]["runId"]
     this = [e for e in events if e["run"]["facets"]["parent"]["run"]["runId"] == walk]
     assert [problem for e in this for problem in problems(e)] == []

@@ -19,8 +19,8 @@ from pyspark.testing import assertDataFrameEqual
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import produce
+from lakehouse.runtime.incremental import run_models
 from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct

@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS, READERS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.runtime.incremental import run_models
 from lakehouse.storage import catalog, delta
 from lakehouse.storage.compaction import compact, snapshot, storage
 from silver import reconstruct

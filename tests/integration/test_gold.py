@@ -13,8 +13,8 @@ from pyspark.testing import assertDataFrameEqual
 from gold import sensor_daily, sensor_hourly, session_summary
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import TrafficSpec
+from lakehouse.runtime.incremental import run_models
 from silver import reconstruct, row_changes, sessions, violations
 from tests.support import compiled_plans, overrides, run_lakehouse, settings_for
 from tests.support.gold import INCREMENTS, Bronze, assert_gold_equals_pandas_from_silver, table

@@ -16,11 +16,11 @@ from gold import sensor_hourly, session_summary
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import TrafficSpec
 from lakehouse.quality.checks import Checker
 from lakehouse.quality.gates import QualityError, write_gate
 from lakehouse.quality.suites import load_suites
+from lakehouse.runtime.incremental import run_models
 from lakehouse.storage.model_runs import RUNS
 from silver import reconstruct, row_changes, sessions
 from tests.support import settings_for

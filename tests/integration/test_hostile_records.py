@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from bronze import sensor_records
 from gold import sensor_hourly
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import TrafficSpec, create_topics, generate_traffic
+from lakehouse.runtime.incremental import run_models
 from silver import reconstruct, row_changes, sessions, violations
 from tests.support import reference, settings_for
 from tests.support.gold import assert_gold_equals_pandas_from_silver, table

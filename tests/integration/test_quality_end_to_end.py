@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.quality import store
-from lakehouse.quality.checks import check_tables
+from lakehouse.quality.checks import Checker, TableCheck
+from lakehouse.quality.suites import load_suites
 from lakehouse.report.checks import build_data_docs
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
@@ -67,6 +69,20 @@ def faulty_lake(
     sensor_records.run(spark, settings)
     reconstruct.run(spark, settings)
     return root, settings
+
+
+def check_tables(
+    spark: SparkSession,
+    settings: Settings,
+    select: str | None = None,
+    since: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[TableCheck]:
+    """What `lakehouse check` does with its selection: every table that exists, validated."""
+    suites = load_suites(settings.quality.suites_dir, select)
+    checker = Checker(spark, settings, suites)
+    found = [checker.check(s.table, since, echo) for s in suites]
+    return [c for c in found if c is not None]
 
 
 def failed_in(spark: SparkSession, settings: Settings, mode: str) -> dict[tuple[str, str], int]:

@@ -20,13 +20,13 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
-from lakehouse.observe import lineage
 from lakehouse.ops.producer import produce
+from lakehouse.runtime.incremental import run_models
 from lakehouse.services.kafka import EmbeddedKafka
 from silver import reconstruct
 from tests.support import (
     foreign_lines,
+    lineage_events,
     overrides,
     reference,
     settings_for,
@@ -200,7 +200,7 @@ def test_a_fail_expectation_stops_every_part_with_its_line(
     # and OpenLineage heard it: silver's run FAILED with the expectation, bronze's completed
     ended = {
         e["job"]["name"]: e
-        for e in lineage.read_events(settings.storage.local_state_dir)
+        for e in lineage_events(settings.storage.local_state_dir)
         if e["eventType"] != "START" and e["job"]["name"] in ("bronze", "silver")
     }
     assert ended["bronze"]["eventType"] == "COMPLETE"

@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.producer import create_topics
 from lakehouse.quality import store
+from lakehouse.runtime.incremental import run_models
 from silver import reconstruct
 from tests.support import reference, settings_for
 from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze

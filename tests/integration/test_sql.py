@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import SQL_PASSWORD_ENV, Settings
 from lakehouse.definitions import MODELS
-from lakehouse.graph.models import run_models
 from lakehouse.ops.sql import jdbc_url
+from lakehouse.runtime.incremental import run_models
 from lakehouse.services import process
 from lakehouse.services.tls import TRUSTSTORE_PASSWORD, SelfSigned
 from silver import reconstruct

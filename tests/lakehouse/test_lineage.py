@@ -14,9 +14,10 @@ from openlineage.client.serde import Serde
 
 from lakehouse import definitions as pipeline
 from lakehouse.core.settings import LineageSettings, load_settings
-from lakehouse.graph.execute import Done, observed
 from lakehouse.graph.nodes import Node
 from lakehouse.observe import lineage
+from lakehouse.runtime.walk import Done, observed
+from tests.support import lineage_events
 from tests.support.openlineage_spec import problems
 
 SETTINGS = load_settings("local")
@@ -142,7 +143,7 @@ def test_a_walk_sends_start_then_complete_or_fail_with_the_failed_assertion(
     run(nodes["check:silver.sessions"])
     with pytest.raises(RuntimeError):
         run(nodes["gold.sensor_daily"])
-    events = lineage.read_events(tmp_path)
+    events = lineage_events(tmp_path)
     assert [(e["eventType"], e["job"]["name"]) for e in events] == [
         ("START", "check:silver.sessions"),
         ("FAIL", "check:silver.sessions"),
@@ -210,6 +211,6 @@ def test_column_lineage_goes_with_a_model_run_that_wrote_rows_only(tmp_path: Pat
     daily = Node("gold.sensor_daily", "model", "gold", ("gold.sensor_hourly",), ())
     for written in (0, 24):
         observed(lambda _, n=written: Done(rows_written=n), sent)(daily)
-    completes = [e for e in lineage.read_events(tmp_path) if e["eventType"] == "COMPLETE"]
+    completes = [e for e in lineage_events(tmp_path) if e["eventType"] == "COMPLETE"]
     assert ["columnLineage" in e["outputs"][0]["facets"] for e in completes] == [False, True]
     assert asked == ["gold.sensor_daily"]

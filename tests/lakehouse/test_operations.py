@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 from lakehouse.core.console import duration, size
 from lakehouse.core.settings import FreshnessRule, KafkaLagRule, StallRule
-from lakehouse.graph.execute import NodeResult, node_row
 from lakehouse.observe import metrics
 from lakehouse.observe.progress import Recorder, batch_row
 from lakehouse.ops.status import (
@@ -24,6 +23,7 @@ from lakehouse.ops.status import (
     topic_lags,
     with_times,
 )
+from lakehouse.runtime.walk import NodeResult, node_row
 from lakehouse.storage.delta import Txn
 
 # As Spark's StreamingQueryProgress.json has it for a Kafka source with a state operator.

@@ -5,6 +5,7 @@ another."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,11 +14,13 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings, load_settings
+from lakehouse.observe.lineage import EVENTS_FILE
 
 S3_KEYS = ("lakehouse", "s3-lake-secret")
 """Access and secret key of the tests' S3 servers."""
@@ -205,3 +208,11 @@ def command_lines_seen(every_s: float = 0.2) -> Iterator[set[str]]:
     finally:
         stop.set()
         sampler.join()
+
+
+def lineage_events(state_dir: Path) -> list[dict[str, Any]]:
+    """The OpenLineage events a run wrote to its file transport, oldest first."""
+    path = state_dir / EVENTS_FILE
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
