@@ -44,6 +44,7 @@ from lakehouse.definitions import STREAMS, NodeRunner, graph, run_stream
 from lakehouse.graph.nodes import Node, select
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.spark import build_spark
+from lakehouse.runtime.streams import StreamRun
 from lakehouse.runtime.walk import NodeResult, walk
 
 BRONZE, SILVER = "bronze.sensor_records", "silver.sessions_stream"
@@ -143,7 +144,8 @@ class Pipeline:
         self.codegen = metrics.CodegenMetrics.METRIC_COMPILATION_TIME()
 
     def _stream(self, layer: str) -> None:
-        run_stream(self.spark, self.settings, STREAMS[layer], continuous=True, stop=self.stop)
+        how = StreamRun(continuous=True, stop=self.stop)
+        run_stream(self.spark, self.settings, STREAMS[layer], how)
 
     def __enter__(self) -> Pipeline:
         for thread in self.threads:

@@ -8,7 +8,6 @@ to (topic, partition, offset). The one exception is what the bronze suite quaran
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -23,11 +22,11 @@ from lakehouse.core.tables import TableSpec
 from lakehouse.observe import progress
 from lakehouse.quality import gates, store
 from lakehouse.runtime.streams import (
-    AfterBatch,
+    TO_THE_END,
     RunStats,
     Stream,
+    StreamRun,
     checkpoint_started,
-    nothing_after_batch,
     run_foreach_batch,
 )
 from lakehouse.services.kafka import (
@@ -126,51 +125,16 @@ WRITES = (NAME, store.quarantine_table("bronze").name, store.results_table("bron
 """Every table the bronze stream writes: on S3 it holds their leases while it runs."""
 
 
-def run(
-    spark: SparkSession,
-    settings: Settings,
-    continuous: bool = False,
-    after_batch: AfterBatch = nothing_after_batch,
-    full_refresh: bool = False,
-    stop: threading.Event | None = None,
-) -> RunStats:
-    """Ingest to the current end of the topics (or until stopped, with `continuous`);
-    `after_batch` runs in each batch once its writes are done, under the stream's leases.
-    `full_refresh` ingests again from Kafka's earliest offsets into a new table on a new
-    checkpoint, if Kafka still holds every record bronze does. `stop`: see
-    `run_foreach_batch`."""
+def run(spark: SparkSession, settings: Settings, how: StreamRun = TO_THE_END) -> RunStats:
+    """Ingest to the current end of the topics (or until stopped, when continuous). A full
+    refresh ingests again from Kafka's earliest offsets into a new table on a new
+    checkpoint, if Kafka still holds every record bronze does."""
     bootstrap = resolve_bootstrap(settings)
     check_reachable(bootstrap)
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
     with lease.holding(settings, WRITES, "the bronze stream") as held:
         path = settings.storage.table_uri(NAME)
-        # Each table waits on its first commit and the catalog, not on the other.
-        made: list[Callable[[], object]] = [
-            partial(progress.create, spark, settings.storage, "bronze"),
-            partial(delta.create, spark, TABLE, path),
-        ]
-        progress_uri = str(delta.side_by_side(made)[0])
-        if full_refresh:
-            # The table is append-only: a rebuild is a new table (a new table id, by which
-            # silver and gold see that they must rebuild too), never an overwrite.
-            incarnations = kafka_changes.topics(spark, settings, checkpoint).incarnations
-            refuse_a_rebuild_that_loses_records(spark, path, watermarks(settings), incarnations)
-            # Its quarantine holds records of the same Kafka offsets: made again too.
-            diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
-            for uri in (checkpoint, path, diverted):
-                fs, folder = catalog.hadoop_fs(spark, uri)
-                fs.delete(folder, True)
-            delta.forget_cached_tables(spark)
-            delta.create(spark, TABLE, path)
-        elif not checkpoint_started(spark, checkpoint) and not _empty(spark, path):
-            # A new checkpoint starts at Kafka's earliest offsets: appending would hold
-            # every record still in Kafka twice, replacing would lose those it dropped.
-            raise LakehouseError(
-                f"bronze holds records but its checkpoint {checkpoint} is new (lost or moved "
-                "aside): ingest everything again from Kafka, replacing the table, with "
-                "`lakehouse run bronze --full-refresh` (refused if Kafka no longer holds "
-                "every record bronze does)"
-            )
+        progress_uri = _make_tables(spark, settings, checkpoint, how.full_refresh)
         gate_for = gates.stream_gates(spark, settings.quality, settings.storage, TABLE.layer)
         recorder = progress.listen(spark)
         kafka_changes.finish(spark, settings, checkpoint)
@@ -188,19 +152,56 @@ def run(
             # that judges in several passes reads it more than once: each record is one row.
             if (records := gate.offered.get(NAME)) is not None:
                 recorder.note(txn, input_rows=records)
-            after_batch(txn.version, held)
+            how.after_batch(txn.version, held)
 
         source = partial(
             read_kafka, spark, bootstrap, settings.kafka, settings.bronze.max_offsets_per_trigger
         )
-        interval = settings.bronze.trigger_interval if continuous else None
+        interval = settings.bronze.trigger_interval if how.continuous else None
         recorded = ("bronze", progress_uri)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
             spark, source, NAME, checkpoint, write, interval,
-            progress_to=recorded, stop=stop, written=written,
+            progress_to=recorded, stop=how.stop, written=written,
         )  # fmt: skip
+
+
+def _make_tables(
+    spark: SparkSession, settings: Settings, checkpoint: str, full_refresh: bool
+) -> str:
+    """Bronze's table and progress table made where new (the progress table's URI back),
+    or bronze made again for a full refresh; refused where a new checkpoint would read
+    Kafka again into a table that holds records."""
+    path = settings.storage.table_uri(NAME)
+    # Each table waits on its first commit and the catalog, not on the other.
+    made: list[Callable[[], object]] = [
+        partial(progress.create, spark, settings.storage, "bronze"),
+        partial(delta.create, spark, TABLE, path),
+    ]
+    progress_uri = str(delta.side_by_side(made)[0])
+    if full_refresh:
+        # The table is append-only: a rebuild is a new table (a new table id, by which
+        # silver and gold see that they must rebuild too), never an overwrite.
+        incarnations = kafka_changes.topics(spark, settings, checkpoint).incarnations
+        refuse_a_rebuild_that_loses_records(spark, path, watermarks(settings), incarnations)
+        # Its quarantine holds records of the same Kafka offsets: made again too.
+        diverted = settings.storage.table_uri(store.quarantine_table(TABLE.layer).name)
+        for uri in (checkpoint, path, diverted):
+            fs, folder = catalog.hadoop_fs(spark, uri)
+            fs.delete(folder, True)
+        delta.forget_cached_tables(spark)
+        delta.create(spark, TABLE, path)
+    elif not checkpoint_started(spark, checkpoint) and not _empty(spark, path):
+        # A new checkpoint starts at Kafka's earliest offsets: appending would hold
+        # every record still in Kafka twice, replacing would lose those it dropped.
+        raise LakehouseError(
+            f"bronze holds records but its checkpoint {checkpoint} is new (lost or moved "
+            "aside): ingest everything again from Kafka, replacing the table, with "
+            "`lakehouse run bronze --full-refresh` (refused if Kafka no longer holds "
+            "every record bronze does)"
+        )
+    return progress_uri
 
 
 def refuse_kafka_losses(spark: SparkSession, settings: Settings, checkpoint: str) -> None:

@@ -11,36 +11,38 @@ models are found by scanning `gold/`; a new suite in `expectations/` is a new ch
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+import bronze
 import gold
+import silver
 from bronze import kafka_changes, sensor_records
 from lakehouse.core.console import echo
 from lakehouse.core.settings import Settings
 from lakehouse.core.tables import TableSpec, columns_of
 from lakehouse.graph.models import Model, declared_models, dependency_order
-from lakehouse.graph.nodes import Graph, Node, check_name, graph_of
+from lakehouse.graph.nodes import Graph, Kind, Node, check_name, graph_of
 from lakehouse.observe import lineage, progress
 from lakehouse.quality import store
 from lakehouse.quality.suites import Suite, load_suites
+from lakehouse.runtime import walk as execute
 from lakehouse.runtime.incremental import ModelRun
-from lakehouse.runtime.streams import RunStats, Stream
-from lakehouse.runtime.walk import Done, Status
+from lakehouse.runtime.streams import TO_THE_END, RunStats, Stream, StreamRun, declared_streams
+from lakehouse.runtime.walk import Done, NodeResult, Status
 from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import compaction, lease
 from lakehouse.storage.model_runs import RUNS
 from lakehouse.storage.positions import Reader
 from silver import reconstruct, row_changes, violations
 
-STREAMS: dict[str, Stream] = {s.layer: s for s in (sensor_records.STREAM, reconstruct.STREAM)}
-"""Every stream, by layer, as each layer's module declares it."""
+STREAMS: dict[str, Stream] = {s.layer: s for s in declared_streams(bronze, silver)}
+"""Every stream, by layer, found in the layers' modules as models are."""
 
 STREAM_TABLES = frozenset(t for s in STREAMS.values() for t in s.writes)
 """Every table a stream writes: while it runs, it holds their leases on S3 and compacts them."""
@@ -98,11 +100,12 @@ def graph(settings: Settings) -> Graph:
             stream.writes,
             f"the {layer} stream ({'Kafka' if stream.reads == 'kafka' else stream.reads} -> "
             f"{', '.join(stream.writes[:1])} ...)",
+            stream,
         )
         for layer, stream in STREAMS.items()
     ]
     models = [
-        Node(m.name, "model", m.table.layer, m.reads, (m.name,), m.table.grain) for m in MODELS
+        Node(m.name, "model", m.table.layer, m.reads, (m.name,), m.table.grain, m) for m in MODELS
     ]
     checks = [
         Node(
@@ -112,6 +115,7 @@ def graph(settings: Settings) -> Graph:
             (suite.table, *suite.inputs),
             (store.results_table("check").name,),
             f"the suite {suite.path.name} over the whole of {suite.table}",
+            suite,
         )
         for suite in load_suites(settings.quality.suites_dir)
     ]
@@ -185,7 +189,7 @@ _COLUMN_SOURCES: dict[str, lineage.ColumnSources] = {}
 def _column_sources(spark: SparkSession, node: str) -> lineage.ColumnSources | None:
     """A gold model's column lineage, from its build's analyzed plan over empty inputs of
     its inputs' declared columns: no data read, once per model and process."""
-    model = next((m for m in MODELS if m.name == node), None)
+    model = {m.name: m for m in MODELS}.get(node)
     if model is None:
         return None
     if node not in _COLUMN_SOURCES:
@@ -195,25 +199,12 @@ def _column_sources(spark: SparkSession, node: str) -> lineage.ColumnSources | N
 
 
 def run_stream(
-    spark: SparkSession,
-    settings: Settings,
-    stream: Stream,
-    continuous: bool = False,
-    trace: frozenset[str] | None = None,
-    full_refresh: bool = False,
-    stop: threading.Event | None = None,
+    spark: SparkSession, settings: Settings, stream: Stream, how: StreamRun = TO_THE_END
 ) -> RunStats:
     """Run `stream` as the pipeline runs it: compacting the tables it writes between its
     batches, as far as their readers (`READERS`) allow."""
-    return stream.run(
-        spark,
-        settings,
-        continuous=continuous,
-        after_batch=compaction.between_batches(spark, settings, stream.writes, READERS),
-        full_refresh=full_refresh,
-        stop=stop,
-        **({"trace": trace} if stream.traced else {}),
-    )
+    compact = compaction.between_batches(spark, settings, stream.writes, READERS)
+    return stream.run(spark, settings, replace(how, after_batch=compact))
 
 
 @dataclass
@@ -223,52 +214,37 @@ class NodeRunner:
 
     spark: SparkSession
     settings: Settings
-    continuous: bool = False
-    trace: frozenset[str] | None = None
-    full_refresh: bool = False
-    """Models: rebuild from their inputs instead of incrementally."""
-    rebuild_streams: bool = False
-    """Streams: start a new checkpoint whose first batch replaces their tables."""
+    streams: StreamRun = TO_THE_END
+    """How its streams run; a full refresh starts a new checkpoint whose first batch
+    replaces their tables."""
+    models_in_full: bool = False
+    """Models: rebuilt from their inputs instead of incrementally."""
     since: str | None = None
-    stop: threading.Event | None = None
-    """Streams: set, they stop after their running batch (default: on SIGINT, SIGTERM)."""
+    """Checks: only the rows written since (`check --since`)."""
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
     _held: ExitStack = field(default_factory=ExitStack)
 
     def __call__(self, node: Node) -> Done:
-        if node.kind == "stream":
-            return self._stream(node)
-        if node.kind == "model":
-            return self._model(node)
-        return self._check(node)
+        run: Callable[[NodeRunner, Any], Done] = _RUNS[node.kind]
+        return run(self, node.runs)
 
-    def _stream(self, node: Node) -> Done:
-        stream = STREAMS[node.name]
-        stats = run_stream(
-            self.spark,
-            self.settings,
-            stream,
-            continuous=self.continuous,
-            trace=self.trace,
-            full_refresh=self.rebuild_streams,
-            stop=self.stop,
-        )
+    def _stream(self, stream: Stream) -> Done:
+        stats = run_stream(self.spark, self.settings, stream, self.streams)
         lines = stream.summary(self.spark, self.settings, stats)
         for line in lines:
             echo(line)
         return Done(rows_read=stats.input_rows, message=lines[0])
 
-    def _model(self, node: Node) -> Done:
+    def _model(self, model: Model) -> Done:
         from lakehouse.runtime.incremental import run_models
 
-        model = next(m for m in MODELS if m.name == node.name)
         with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
             (run,) = run_models(
                 self.spark,
                 self.settings.storage,
                 [model],
-                self.full_refresh,
+                self.models_in_full,
                 int(self.settings.gold.full_refresh_below_mb * 2**20),
                 gate=self._gold_gate,
                 history=self._run_log,
@@ -298,8 +274,8 @@ class NodeRunner:
 
         return write_gate(self.settings.quality, self.settings.storage, "gold")
 
-    def _check(self, node: Node) -> Done:
-        table = node.reads[0]
+    def _check(self, suite: Suite) -> Done:
+        table = suite.table
         checked = self._checker.check(table, self.since)
         if checked is None:
             return Done("skipped", message=f"{table} is not built yet")
@@ -342,6 +318,29 @@ class NodeRunner:
     def __exit__(self, *_: object) -> None:
         """Release what the walk held (the check results' lease)."""
         self._held.close()
+
+
+_RUNS: dict[Kind, Callable[[NodeRunner, Any], Done]] = {
+    "stream": NodeRunner._stream,
+    "model": NodeRunner._model,
+    "check": NodeRunner._check,
+}
+"""What running a node of each kind means, given what the node runs."""
+
+
+def walk(
+    settings: Settings,
+    graph: Graph,
+    nodes: list[Node],
+    runner: NodeRunner,
+    invocation: dict[str, Any],
+) -> list[NodeResult]:
+    """`runtime.walk.walk` of `nodes` as a command runs it: `invocation` (the command's
+    arguments, with its name as `command`) in run_results.json, the manifest beside it,
+    the lineage events of its nodes."""
+    manifest_now = manifest(settings, graph)
+    lineage = walk_lineage(runner.spark, settings, manifest_now, invocation["command"])
+    return execute.walk(settings, graph, nodes, runner, invocation, manifest_now, lineage)
 
 
 def plan(pipeline: Graph, nodes: Sequence[Node]) -> list[str]:

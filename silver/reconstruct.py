@@ -23,11 +23,11 @@ from lakehouse.core.settings import Settings
 from lakehouse.observe import progress
 from lakehouse.quality import store
 from lakehouse.runtime.streams import (
-    AfterBatch,
+    TO_THE_END,
     RunStats,
     Stream,
+    StreamRun,
     checkpoint_format,
-    nothing_after_batch,
     run_foreach_batch,
 )
 from lakehouse.storage import catalog, delta, lease, positions
@@ -48,40 +48,30 @@ WRITES = (
 """Every table the silver stream writes: on S3 it holds their leases while it runs."""
 
 
-def run(
-    spark: SparkSession,
-    settings: Settings,
-    continuous: bool = False,
-    trace: frozenset[str] | None = None,
-    after_batch: AfterBatch = nothing_after_batch,
-    full_refresh: bool = False,
-    stop: threading.Event | None = None,
-) -> RunStats:
-    """Rebuild sessions from what bronze holds now (or until stopped, with `continuous`);
-    `after_batch` runs in each batch once its writes are done, under the stream's leases.
-    `full_refresh` starts a new checkpoint, whose first batch replaces silver's tables.
-    `stop`: see `run_foreach_batch`."""
+def run(spark: SparkSession, settings: Settings, how: StreamRun = TO_THE_END) -> RunStats:
+    """Rebuild sessions from what bronze holds now (or until stopped, when continuous); a
+    full refresh starts a new checkpoint, whose first batch replaces silver's tables."""
     checkpoint = settings.storage.checkpoint_uri(CHECKPOINT)
-    if not _bronze_made(spark, settings, continuous, stop):
+    if not _bronze_made(spark, settings, how.continuous, how.stop):
         return RunStats(stopped=True)
     with lease.holding(settings, WRITES, "the silver stream") as held:
-        _prepare(spark, settings, checkpoint, full_refresh)
-        interval = settings.silver.trigger_interval if continuous else None
+        _prepare(spark, settings, checkpoint, how.full_refresh)
+        interval = settings.silver.trigger_interval if how.continuous else None
         # A new stream's first batches list bronze's files by modification time, not by
         # commit: out of Kafka order wherever commits share an instant (S3 keeps seconds)
         # or compaction rewrote old records into new files. Sessions are sorted within a
         # batch only, so a new checkpoint takes all of bronze in its first batch.
         limited = partial(
-            read_sessions, spark, settings, trace, settings.silver.max_files_per_trigger
+            read_sessions, spark, settings, how.trace, settings.silver.max_files_per_trigger
         )
-        whole = partial(read_sessions, spark, settings, trace, 2**31 - 1)
+        whole = partial(read_sessions, spark, settings, how.trace, 2**31 - 1)
         recorded = ("silver", settings.storage.table_uri(PROGRESS))
-        write = SilverWriter(spark, settings, held, after_batch)
+        write = SilverWriter(spark, settings, held, how.after_batch)
         # Each batch writes every table but its progress under the batch's transaction.
         written = [settings.storage.table_uri(n) for n in WRITES if n != PROGRESS]
         return run_foreach_batch(
             spark, limited, QUERY_NAME, checkpoint, write, interval, whole,
-            progress_to=recorded, stop=stop, written=written,
+            progress_to=recorded, stop=how.stop, written=written,
             setup=partial(_make_tables, spark, settings),
         )  # fmt: skip
 
@@ -195,7 +185,7 @@ def summary(spark: SparkSession, settings: Settings, stats: RunStats) -> list[st
     ]
 
 
-STREAM = Stream("silver", sensor_records.NAME, CHECKPOINT, WRITES, run, summary, traced=True)
+STREAM = Stream("silver", sensor_records.NAME, CHECKPOINT, WRITES, run, summary)
 """Silver as a node of the pipeline: bronze's records into every silver table."""
 
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.cli.context import settings_of, spark_for
+from lakehouse.cli.context import invocation, settings_of, spark_for
 from lakehouse.core.console import echo
 
 if TYPE_CHECKING:
-    from lakehouse.core.settings import Settings
-    from lakehouse.definitions import NodeRunner
-    from lakehouse.graph.nodes import Graph, Node
-    from lakehouse.runtime.walk import NodeResult
+    pass
 
 SELECTION_HELP = (
     "nodes as dbt selects them: a name (silver, gold.sensor_hourly or sensor_hourly, "
@@ -93,27 +90,10 @@ def run_build(args: argparse.Namespace) -> int:
         return 0
     _, spark = spark_for(args, "build", validates=True)
     metrics.serve(settings.metrics, "build")
-    runner = pipeline.NodeRunner(spark, settings, full_refresh=args.full_refresh)
-    results = walk(settings, graph, chosen, runner, args)
+    runner = pipeline.NodeRunner(spark, settings, models_in_full=args.full_refresh)
+    results = pipeline.walk(settings, graph, chosen, runner, invocation(args))
     echo(f"build: {tally(results)}")
     for r in results:  # what needs a look, once more at the end, as dbt lists it
         if r.status in ("error", "warn"):
             echo(f"  {r.status.upper():<5} {r.unique_id}: {r.message}")
     return 1 if any(r.status == "error" for r in results) else 0
-
-
-def walk(
-    settings: Settings,
-    graph: Graph,
-    nodes: list[Node],
-    runner: NodeRunner,
-    args: argparse.Namespace,
-) -> list[NodeResult]:
-    """`graph.execute.walk` for this command: its arguments in run_results.json."""
-    from lakehouse import definitions as pipeline
-    from lakehouse.runtime import walk as execute
-
-    invocation = {k: v for k, v in vars(args).items() if k != "handler"}
-    manifest = pipeline.manifest(settings, graph)
-    lineage = pipeline.walk_lineage(runner.spark, settings, manifest, args.command)
-    return execute.walk(settings, graph, nodes, runner, invocation, manifest, lineage)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.core.settings import Settings, load_settings
 
@@ -26,3 +26,8 @@ def spark_for(
 
     settings = settings_of(args)
     return settings, session_for(settings, app, extra, validates)
+
+
+def invocation(args: argparse.Namespace) -> dict[str, Any]:
+    """The command as parsed, for run_results.json: its arguments, not its handler."""
+    return {k: v for k, v in vars(args).items() if k != "handler"}

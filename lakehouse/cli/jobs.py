@@ -8,7 +8,7 @@ import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from lakehouse.cli.context import spark_for
+from lakehouse.cli.context import invocation, spark_for
 from lakehouse.core.console import echo, pairs
 from lakehouse.core.errors import LakehouseError, explain
 
@@ -145,9 +145,9 @@ def _add_compact(commands: Any) -> None:
 
 def run_layer(args: argparse.Namespace) -> None:
     from lakehouse import definitions as pipeline
-    from lakehouse.cli.build import walk
     from lakehouse.graph.nodes import select
     from lakehouse.observe import metrics
+    from lakehouse.runtime.streams import StreamRun
 
     if args.layer not in ("gold", "all") and args.select:
         raise LakehouseError("--select applies to `run gold` and `run all` only")
@@ -169,10 +169,9 @@ def run_layer(args: argparse.Namespace) -> None:
     nodes = {"gold": models, "all": [*select(graph, ["bronze", "silver"]), *models]}.get(
         args.layer
     ) or select(graph, [args.layer])
-    runner = pipeline.NodeRunner(
-        spark, settings, args.continuous, trace, args.full_refresh, args.full_refresh
-    )
-    results = walk(settings, graph, nodes, runner, args)
+    how = StreamRun(continuous=args.continuous, full_refresh=args.full_refresh, trace=trace)
+    runner = pipeline.NodeRunner(spark, settings, how, models_in_full=args.full_refresh)
+    results = pipeline.walk(settings, graph, nodes, runner, invocation(args))
     if args.layer in ("gold", "all"):
         echo(gold_summary(runner))
     if failed := next((r.error for r in results if r.error is not None), None):
@@ -226,9 +225,11 @@ def _run_stream(
     stop: threading.Event,
 ) -> None:
     from lakehouse import definitions as pipeline
+    from lakehouse.runtime.streams import StreamRun
     from lakehouse.runtime.walk import observed
 
-    runner = pipeline.NodeRunner(session, settings, True, trace, stop=stop)
+    how = StreamRun(continuous=True, trace=trace, stop=stop)
+    runner = pipeline.NodeRunner(session, settings, how)
     (observed(runner, lineage) if lineage else runner)(node)
 
 
@@ -240,10 +241,9 @@ def _run_gold(
     session: SparkSession,
 ) -> None:
     from lakehouse import definitions as pipeline
-    from lakehouse.cli.build import walk
 
     runner = pipeline.NodeRunner(session, settings)
-    results = walk(settings, graph, models, runner, args)
+    results = pipeline.walk(settings, graph, models, runner, invocation(args))
     echo(gold_summary(runner))
     if failed := next((r.error for r in results if r.error is not None), None):
         raise failed

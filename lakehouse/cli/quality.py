@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lakehouse.cli.context import spark_for
+from lakehouse.cli.context import invocation, spark_for
 from lakehouse.core.console import echo
 from lakehouse.storage.catalog import LAYERS
 
@@ -46,7 +46,6 @@ def add_commands(commands: Any) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from lakehouse import definitions as pipeline
-    from lakehouse.cli.build import walk
     from lakehouse.graph.nodes import check_name, select
 
     settings, spark = spark_for(args, "check", validates=True)
@@ -56,7 +55,11 @@ def run_check(args: argparse.Namespace) -> int:
     nodes = select(graph, [selector] if chosen else ["type:check"])
     echo(f"checking {chosen or 'every table'} against {settings.quality.suites_dir}")
     runner = pipeline.NodeRunner(spark, settings, since=args.since)
-    results = [r for r in walk(settings, graph, nodes, runner, args) if r.status != "skipped"]
+    results = [
+        r
+        for r in pipeline.walk(settings, graph, nodes, runner, invocation(args))
+        if r.status != "skipped"
+    ]
     blocking = [r.unique_id.removeprefix("check:") for r in results if r.status == "error"]
     warned = [r for r in results if r.status == "warn"]
     echo(

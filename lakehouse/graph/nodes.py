@@ -46,6 +46,8 @@ class Node:
     """Tables it reads; `kafka` for what comes from the broker."""
     writes: tuple[str, ...] = ()
     description: str = ""
+    runs: object = field(default=None, compare=False, repr=False)
+    """What running it runs: its stream's declaration, its model or its suite."""
 
     @property
     def short_name(self) -> str:

@@ -390,7 +390,7 @@ def _gold_rows(
         keys = model.changed_keys(*inputs).select(*model.key).distinct()
         found[model.name] = read(model.name).join(keys, list(model.key), "left_semi").cache()
         explained.append(GoldRows(model.name, list(model.key), _rows(found[model.name], model.key)))
-    fed = [(g, next(m for m in MODELS if m.name == g.model)) for g in explained if g.rows]
+    fed = [(g, m) for g, m in zip(explained, MODELS, strict=True) if g.rows]
     calls: list[Callable[[], Any]] = [lambda: read(RUNS.name).collect()]
     calls += [partial(_last_commits, read, m, found[m.name], len(g.rows)) for g, m in fed]
     runs, *commits = delta.side_by_side(calls)

@@ -14,14 +14,10 @@ processed; one that found no input changed costs a lookup of each input's latest
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import ModuleType
-from typing import TypeVar
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +30,7 @@ from lakehouse.quality.gates import Verdict, WriteGate, input_views
 from lakehouse.quality.store import new_run_id
 from lakehouse.storage import catalog, delta
 from lakehouse.storage.model_runs import RUNS, LastVersions, appended, last_versions
+
 
 @dataclass(frozen=True)
 class Source:
@@ -75,9 +72,10 @@ def run_models(
     """Run `models`, each incrementally unless it cannot be or its inputs are smaller than
     `full_below_bytes`, where a full refresh is cheaper (`gold.full_refresh_below_mb`).
 
-    `models` run one after another, each after the models it reads. The run log gets one row per model that recomputed anything, appended once at the end
-    (also when a model failed): a model whose row is lost to a crash is only recomputed
-    next time. `gate` validates each model's rows before they are written (`WriteGate`).
+    `models` run one after another, each after the models it reads. The run log gets one
+    row per model that recomputed anything, appended once at the end (also when a model
+    failed): a model whose row is lost to a crash is only recomputed next time. `gate`
+    validates each model's rows before they are written (`WriteGate`).
     `history`: the run log as `run_log` read it, for a caller that runs models one at a
     time (a walk of the graph), so that it reads the log once rather than once per model.
     """

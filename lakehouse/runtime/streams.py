@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
@@ -33,6 +35,27 @@ def nothing_after_batch(_batch_id: int, _held: Held) -> None:
 
 
 @dataclass(frozen=True)
+class StreamRun:
+    """How a stream is run: one shape for every stream."""
+
+    continuous: bool = False
+    """Keep running on its trigger until stopped (default: to the current end of its input)."""
+    full_refresh: bool = False
+    """Start a new checkpoint, whose first batch replaces the stream's tables."""
+    trace: frozenset[str] | None = None
+    """Sessions whose every state transition silver records (all, when empty); None: none.
+    Bronze keeps no sessions and has none to trace."""
+    after_batch: AfterBatch = nothing_after_batch
+    """Run in each batch once its writes are done, under the stream's leases."""
+    stop: threading.Event | None = None
+    """Set, the query stops after its running batch (default: on SIGINT or SIGTERM)."""
+
+
+TO_THE_END = StreamRun()
+"""A stream run once, to the current end of its input."""
+
+
+@dataclass(frozen=True)
 class Stream:
     """A streaming job, declared by its module as `STREAM`, as `@model` declares a model:
     what it reads, where its checkpoint is, what it writes, how to run and sum it up.
@@ -44,13 +67,21 @@ class Stream:
     checkpoint: str
     writes: tuple[str, ...]
     """Every table it writes: while it runs, it holds their leases on S3 and compacts them."""
-    run: Callable[..., RunStats]
-    """`run(spark, settings, continuous=, after_batch=, full_refresh=, stop=)`, and
-    `trace=` where `traced`."""
+    run: Callable[[SparkSession, Settings, StreamRun], RunStats]
     summary: Callable[[SparkSession, Settings, RunStats], list[str]]
     """The lines a run ends with."""
-    traced: bool = False
-    """Whether it can record the state transitions of chosen sessions (`--trace`)."""
+
+
+def declared_streams(*packages: ModuleType) -> list[Stream]:
+    """Every stream the modules of `packages` declare (as `STREAM`), found by importing
+    them all, as models are found."""
+    found = []
+    for package in packages:
+        for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            if isinstance(stream := getattr(module, "STREAM", None), Stream):
+                found.append(stream)
+    return found
 
 
 def run_foreach_batch(

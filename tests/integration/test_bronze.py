@@ -19,6 +19,7 @@ from bronze import kafka_changes, sensor_records
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import load_settings
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
+from lakehouse.runtime.streams import StreamRun
 from lakehouse.services.kafka import EmbeddedKafka, client_options
 from lakehouse.storage import positions
 from silver.parsing import keyed_records
@@ -118,7 +119,7 @@ def test_offsets_lost_to_retention_stop_bronze_until_the_loss_is_accepted(
     ), said
     # Nor may a rebuild from Kafka drop what bronze holds and Kafka does not.
     with pytest.raises(LakehouseError, match=rf"refusing to rebuild bronze.*{topic}/0"):
-        sensor_records.run(spark, settings, full_refresh=True)
+        sensor_records.run(spark, settings, StreamRun(full_refresh=True))
     path = settings.storage.table_uri("bronze.sensor_records")
     assert spark.read.format("delta").load(path).count() == first.records
 
@@ -297,7 +298,7 @@ def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
     with pytest.raises(LakehouseError, match="run bronze --full-refresh"):
         sensor_records.run(spark, settings)
 
-    stats = sensor_records.run(spark, settings, full_refresh=True)
+    stats = sensor_records.run(spark, settings, StreamRun(full_refresh=True))
 
     assert stats.batches > 1
     assert sorted(bronze_rows(spark, path)) == bronze

@@ -23,6 +23,7 @@ from lakehouse.definitions import MODELS
 from lakehouse.ops.producer import create_topics
 from lakehouse.quality import store
 from lakehouse.runtime.incremental import run_models
+from lakehouse.runtime.streams import StreamRun
 from silver import reconstruct
 from tests.support import reference, settings_for
 from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze
@@ -116,7 +117,7 @@ def test_a_pipeline_stopped_longer_than_the_timeout_changes_no_answer(
     assert {r.status for r in table(spark, s, "silver.sessions")} == {"closed"}
     before = sorted(_without_batch_ids(table(spark, s, "silver.sessions")))
 
-    reconstruct.run(spark, s, full_refresh=True)  # the same bronze in one batch
+    reconstruct.run(spark, s, StreamRun(full_refresh=True))  # the same bronze in one batch
 
     assert silver_tables(spark, s) == found
     assert sorted(_without_batch_ids(table(spark, s, "silver.sessions"))) == before
@@ -214,7 +215,7 @@ def test_a_rebuild_replaces_silver_and_gold_follows_in_full(
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     counts = {name: len(table(spark, s, name)) for name in reconstruct.WRITES if "silver." in name}
 
-    reconstruct.run(spark, s, full_refresh=True)
+    reconstruct.run(spark, s, StreamRun(full_refresh=True))
     run_models(spark, s.storage, MODELS)
 
     assert_matches(silver_tables(spark, s), expected)
@@ -263,7 +264,7 @@ def test_a_session_id_used_again_after_its_tombstone_starts_from_its_own_snapsho
     rows = {(r.row_id, r.offset) for r in table(spark, s, "silver.session_rows")
             if r.session_id == "again"}  # fmt: skip
     assert rows == {("r0", 4)}
-    reconstruct.run(spark, s, full_refresh=True)  # both sessions in one batch
+    reconstruct.run(spark, s, StreamRun(full_refresh=True))  # both sessions in one batch
     rebuilt = {(r.row_id, r.offset) for r in table(spark, s, "silver.session_rows")
                if r.session_id == "again"}  # fmt: skip
     assert rebuilt == rows

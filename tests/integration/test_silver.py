@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.runtime.streams import StreamRun
 from lakehouse.storage import catalog
 from silver import processor, reconstruct, sessions
 from silver.session_machine import STATE_VERSION
@@ -206,7 +207,7 @@ def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
 
     assert f"state older than version {STATE_VERSION}" in str(refused.value)
     assert "lakehouse run silver --full-refresh" in str(refused.value)
-    reconstruct.run(spark, s, full_refresh=True)
+    reconstruct.run(spark, s, StreamRun(full_refresh=True))
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
 
@@ -223,7 +224,7 @@ def test_silver_waits_for_bronze_s_table_when_continuous_and_says_what_to_do_whe
     # As `run all` starts both streams on a new lake: bronze's table comes a moment later.
     stop, ran = threading.Event(), []
     silver = threading.Thread(
-        target=lambda: ran.append(reconstruct.run(spark, s, continuous=True, stop=stop))
+        target=lambda: ran.append(reconstruct.run(spark, s, StreamRun(continuous=True, stop=stop)))
     )
     silver.start()
     sessions_table = s.storage.table_uri(sessions.NAME)
@@ -275,7 +276,7 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
     traced = sorted({reference.session_of(v) for *_, v in records})[0]
     assert traced is not None
 
-    reconstruct.run(spark, s, trace=frozenset({traced}))
+    reconstruct.run(spark, s, StreamRun(trace=frozenset({traced})))
 
     path = s.storage.table_uri("silver.state_transitions")
     steps = spark.read.format("delta").load(path).orderBy("offset").collect()
@@ -287,7 +288,7 @@ def test_trace_writes_each_transition_and_inspect_reads_live_state(
     assert f"{traced}" in inspect.stdout and "1 live sessions" in inspect.stdout
     # A rebuild without the trace gets no steps: the ones the table held are replaced
     # all the same (a rebuild leaves alone only a table that holds nothing).
-    reconstruct.run(spark, s, full_refresh=True)
+    reconstruct.run(spark, s, StreamRun(full_refresh=True))
     assert spark.read.format("delta").load(path).count() == 0
 
 
