@@ -11,34 +11,22 @@ type, an unset variable or a value that can only be wrong (a `Rule` in the field
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-import yaml
+from typing import Annotated, Literal
 
 from lakehouse import PROJECT_ROOT
+from lakehouse.core import loader
 from lakehouse.core.errors import SettingsError
+from lakehouse.core.loader import Convert, Rule
 
 ENV_PREFIX = "LAKEHOUSE__"
 TARGET_ENV = "LAKEHOUSE_TARGET"
 CONF_DIR_ENV = "LAKEHOUSE_CONF_DIR"
 EMBEDDED = "embedded"
-
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What a setting's value must be beyond its type; `must` ends the error's line."""
-
-    holds: Callable[[Any], bool]
-    must: str
 
 
 def _compiles(pattern: str) -> bool:
@@ -65,6 +53,17 @@ Interval = Rule(
 )
 
 
+def _as_uri(root: str) -> str:
+    """A scheme-less root is a local folder, relative to the project."""
+    if "://" in root:
+        return root.rstrip("/")
+    return (PROJECT_ROOT / root).resolve().as_uri()
+
+
+LakeRoot = Convert(_as_uri)
+"""A lake's root as a URI."""
+
+
 @dataclass(frozen=True)
 class SparkSettings:
     master: str
@@ -78,7 +77,7 @@ class SparkSettings:
 
 @dataclass(frozen=True)
 class StorageSettings:
-    root: str
+    root: Annotated[str, LakeRoot]
     """URI under which every table and checkpoint lives (`file:///…`, `s3a://bucket/prefix`)."""
     local_state: str
     """Local folder for the embedded services of this machine (broker data, pid files)."""
@@ -421,156 +420,8 @@ def load_settings(target: str | None = None, environ: Mapping[str, str] | None =
     if target == "base" or not target_file.exists():
         known = sorted(p.stem for p in folder.glob("*.yaml") if p.stem != "base")
         raise SettingsError(f"unknown target {target!r}: no {target_file} (targets: {known})")
-
-    merged: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for path in (folder / "base.yaml", target_file):
-        _merge(merged, _read_yaml(path), sources, str(path), prefix="")
-    for name, raw in environ.items():
-        if name.startswith(ENV_PREFIX):
-            keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__")]
-            try:
-                value = yaml.safe_load(raw)
-            except yaml.YAMLError as error:  # its value is not repeated: it may be a secret
-                raise SettingsError(
-                    f"${name}: not a YAML value ({getattr(error, 'problem', error)}); quote "
-                    "a string that starts with a quote, brace or bracket"
-                ) from None
-            _merge(merged, _nest(keys, value), sources, f"${name}", prefix="")
-
-    merged["target"] = target
-    sources["target"] = "--target"
-    return _build(Settings, merged, sources, environ, prefix="")
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise SettingsError(
-            f"{where}: not valid YAML ({getattr(error, 'problem', error)})"
-        ) from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a mapping of sections at the top level")
-    return data
-
-
-def _nest(keys: list[str], value: Any) -> dict[str, Any]:
-    for key in reversed(keys):
-        value = {key: value}
-    return value
-
-
-def _merge(
-    into: dict[str, Any], new: dict[str, Any], sources: dict[str, str], source: str, prefix: str
-) -> None:
-    for key, value in new.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value, sources, source, prefix=f"{path}.")
-        else:
-            into[key] = value
-        sources[path] = source
-
-
-def _source(sources: dict[str, str], path: str) -> str:
-    while path:
-        if path in sources:
-            return sources[path]
-        path = path.rpartition(".")[0]
-    return "conf/base.yaml"
-
-
-def _build(
-    cls: type, data: Any, sources: dict[str, str], environ: Mapping[str, str], prefix: str
-) -> Any:
-    section = prefix.rstrip(".") or "the top level"
-    if not isinstance(data, dict):
-        raise SettingsError(f"{section} in {_source(sources, section)}: expected a mapping")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls, include_extras=True)
-    for key in data:
-        if key not in fields:
-            path = f"{prefix}{key}"
-            raise SettingsError(
-                f"unknown key {path!r} in {_source(sources, path)} (known in {section}: "
-                f"{', '.join(sorted(fields))})"
-            )
-    values = {}
-    for name in fields:
-        path = f"{prefix}{name}"
-        if name not in data:
-            raise SettingsError(f"missing key {path!r} (set it in conf/base.yaml)")
-        hint = hints[name]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            values[name] = _build(hint, data[name], sources, environ, prefix=f"{path}.")
-        else:
-            values[name] = _coerce(hint, data[name], path, sources, environ)
-    return cls(**values)
-
-
-def _coerce(
-    hint: Any, value: Any, path: str, sources: dict[str, str], environ: Mapping[str, str]
-) -> Any:
-    where = _source(sources, path)
-    if typing.get_origin(hint) is Annotated:
-        base, *rules = typing.get_args(hint)
-        value = _coerce(base, value, path, sources, environ)
-        for rule in rules:
-            if not rule.holds(value):
-                raise SettingsError(f"{path!r} in {where}: {value!r} {rule.must}")
-        return value
-    if typing.get_origin(hint) is Literal:
-        allowed = typing.get_args(hint)
-        if value not in allowed:
-            raise SettingsError(f"{path!r} in {where}: {value!r} is none of {', '.join(allowed)}")
-        return value
-    if typing.get_origin(hint) is list:
-        (item,) = typing.get_args(hint)
-        if not isinstance(value, list):
-            raise SettingsError(f"{path!r} in {where}: expected a list, got {value!r}")
-        return [
-            _build(item, v, sources, environ, prefix=f"{path}[{i}].")
-            if isinstance(item, type) and dataclasses.is_dataclass(item)
-            else _coerce(item, v, f"{path}[{i}]", sources, environ)
-            for i, v in enumerate(value)
-        ]
-    if typing.get_origin(hint) is dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise SettingsError(f"{path!r} in {where}: expected a mapping, got {value!r}")
-        return {
-            str(k): _coerce(str, str(v), f"{path}.{k}", sources, environ) for k, v in value.items()
-        }
-    ok = isinstance(value, hint) and not (hint is int and isinstance(value, bool))
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if not ok:
-        raise SettingsError(
-            f"{path!r} in {where}: expected {hint.__name__}, got {type(value).__name__} {value!r}"
-        )
-    if isinstance(value, str):
-        value = _interpolate(value, path, where, environ)
-    if path == "storage.root":
-        value = _as_uri(value)
-    return value
-
-
-def _interpolate(value: str, path: str, where: str, environ: Mapping[str, str]) -> str:
-    def lookup(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in environ:
-            raise SettingsError(f"{path!r} in {where} needs environment variable {name}, unset")
-        return environ[name]
-
-    return _VARIABLE.sub(lookup, value)
-
-
-def _as_uri(root: str) -> str:
-    """A scheme-less root is a local folder, relative to the project."""
-    if "://" in root:
-        return root.rstrip("/")
-    return (PROJECT_ROOT / root).resolve().as_uri()
+    files = (folder / "base.yaml", target_file)
+    settings: Settings = loader.load(
+        Settings, files, environ, ENV_PREFIX, {"target": (target, "--target")}
+    )
+    return settings
