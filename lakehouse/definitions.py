@@ -34,7 +34,7 @@ from lakehouse.quality.suites import Suite, load_suites
 from lakehouse.runtime import walk as execute
 from lakehouse.runtime.incremental import ModelRun
 from lakehouse.runtime.streams import TO_THE_END, RunStats, Stream, StreamRun, declared_streams
-from lakehouse.runtime.walk import Done, NodeResult, Status
+from lakehouse.runtime.walk import Done, NodeResult, NodeStatus
 from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import compaction, lease
 from lakehouse.storage.model_runs import RUNS
@@ -71,7 +71,7 @@ TABLES: dict[str, TableSpec] = {
     for spec in (
         sensor_records.TABLE,
         kafka_changes.TABLE,
-        *reconstruct.TABLES,
+        *reconstruct.SILVER_TABLES,
         *(m.table for m in MODELS),
         RUNS,
         *(store.quarantine_table(layer) for layer in ("bronze", "silver", "gold")),
@@ -169,9 +169,9 @@ def _suite_entry(suite: Suite | None) -> dict[str, Any] | None:
 
 def walk_lineage(
     spark: SparkSession, settings: Settings, manifest: dict[str, Any], command: str
-) -> lineage.Lineage | None:
+) -> lineage.LineageEvents | None:
     """The lineage events of a walk that `command` makes (None: `lineage.transport` off)."""
-    return lineage.Lineage.of(
+    return lineage.LineageEvents.of(
         settings.lineage,
         settings.storage.local_state_dir,
         manifest,
@@ -252,7 +252,7 @@ class NodeRunner:
         self.model_runs.append(run)
         reason = f" ({run.reason})" if run.reason else ""
         quarantined = f", {run.quarantined:,} rows quarantined" if run.quarantined else ""
-        status: Status = "warn" if run.quarantined else "success"
+        status: NodeStatus = "warn" if run.quarantined else "success"
         return Done(
             status,
             rows_written=run.rows_written,
@@ -281,7 +281,7 @@ class NodeRunner:
             return Done("skipped", message=f"{table} is not built yet")
         failed = checked.failed
         names = ", ".join(o.describe() for o in failed)
-        verdict: Status = "error" if checked.blocking else "warn" if failed else "success"
+        verdict: NodeStatus = "error" if checked.blocking else "warn" if failed else "success"
         rows_read: int | None = checked.rows
         if checked.reused:  # nothing read: the outcome of the same versions' last check
             names = "; ".join(filter(None, ("unchanged since its last check", names)))

@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from lakehouse.core.tables import Column, TableSpec, columns_of
 from silver import row_changes, sessions, state_transitions, violations
 
-TABLES = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE, sessions.TABLE)
+OUTPUT_TABLES = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE, sessions.TABLE)
 _PANDAS = {"BIGINT": "Int64", "INT": "Int64", "DOUBLE": "float64", "BOOLEAN": "boolean"}
 
 
@@ -52,7 +52,7 @@ def _shape() -> dict[str, str]:
     for column in columns_of(row_changes.TABLE.columns):
         if not _written_by_the_writer(column):
             shape[column.name] = _carried_as(column)
-    for spec in TABLES:
+    for spec in OUTPUT_TABLES:
         for column in columns_of(spec.columns):
             kind = shape.get(column.name)
             if kind is not None and kind != _carried_as(column):
@@ -71,7 +71,7 @@ def _others() -> dict[str, str]:
     """Every column that travels in `other`, with its carried type."""
     return {
         c.name: _carried_as(c)
-        for spec in TABLES
+        for spec in OUTPUT_TABLES
         for c in columns_of(spec.columns)
         if c.name not in SHAPE and not _written_by_the_writer(c)
     }

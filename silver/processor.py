@@ -90,7 +90,7 @@ def reconstruct_sessions(
         SENSOR_SCHEMA,
         ",".join(VALUE_NAMES),
         STATE_VERSION,
-        ",".join(t.name for t in outputs.TABLES),
+        ",".join(t.name for t in outputs.OUTPUT_TABLES),
     )
     clocked = with_data_clock(keyed, silver.allowed_lateness_seconds)
     return DataFrame(sessions.reconstruct(clocked._jdf, processor), spark)

@@ -35,12 +35,12 @@ from silver import sessions, violations
 from silver.parsing import keyed_records
 from silver.processor import SESSIONS, reconstruct_sessions
 from silver.session_machine import STATE_VERSION
-from silver.writer import TABLES, SilverWriter
+from silver.writer import SILVER_TABLES, SilverWriter
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"
 PROGRESS = progress.progress_table("silver").name
 WRITES = (
-    *(spec.name for spec in TABLES),
+    *(spec.name for spec in SILVER_TABLES),
     store.quarantine_table("silver").name,
     store.results_table("silver").name,
     PROGRESS,
@@ -119,7 +119,7 @@ def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refr
 def _make_tables(spark: SparkSession, settings: Settings) -> None:
     """Silver's tables and its progress table, made where new (or given the properties
     their specs gained)."""
-    delta.create_all(spark, {settings.storage.table_uri(spec.name): spec for spec in TABLES})
+    delta.create_all(spark, {settings.storage.table_uri(spec.name): spec for spec in SILVER_TABLES})
     progress.create(spark, settings.storage, "silver")
 
 

@@ -40,7 +40,7 @@ class Policy(StrEnum):
     QUARANTINE = "quarantine"  # break the session until the next snapshot resyncs it
 
 
-class Status(StrEnum):
+class SessionStatus(StrEnum):
     OPEN = "open"
     CLOSED = "closed"
     EXPIRED = "expired"
@@ -198,7 +198,7 @@ class SessionState:
 
     session_id: str
     sensor_id: str | None = None
-    status: Status = Status.OPEN
+    status: SessionStatus = SessionStatus.OPEN
     last_seq: int | None = None
     has_snapshot: bool = False
     row_ids: set[str] = field(default_factory=set)
@@ -239,7 +239,7 @@ class SessionState:
         body = json.loads(text)
         for name in ("first_lineage", "last_lineage"):
             body[name] = Lineage(**body[name]) if body[name] else None
-        body["status"] = Status(body["status"])
+        body["status"] = SessionStatus(body["status"])
         body["pending"] = {r["seq"]: _record_from_dict(r) for r in body["pending"]}
         body["seen"] = SeqRanges.from_json(body["seen"])
         body["row_ids"] = set(body["row_ids"])
@@ -337,7 +337,7 @@ class Clock:
     def deadline(self, state: SessionState) -> int:
         """When the session expires, or its tombstone is evicted."""
         assert state.last_time is not None
-        lives = 2 if state.status is Status.EXPIRED else 1
+        lives = 2 if state.status is SessionStatus.EXPIRED else 1
         return state.last_time + lives * self.timeout_ms
 
     def advance(self, machine: SessionMachine, state: SessionState, now: int, out: Output) -> bool:
@@ -345,9 +345,15 @@ class Clock:
         expiring rejects goes to `out`."""
         if state.last_time is None:
             return True
-        if state.status in (Status.OPEN, Status.BROKEN) and self.deadline(state) < now:
+        if (
+            state.status in (SessionStatus.OPEN, SessionStatus.BROKEN)
+            and self.deadline(state) < now
+        ):
             machine.expire(state, out)
-        return not (state.status in (Status.CLOSED, Status.EXPIRED) and self.deadline(state) < now)
+        return not (
+            state.status in (SessionStatus.CLOSED, SessionStatus.EXPIRED)
+            and self.deadline(state) < now
+        )
 
 
 @dataclass(frozen=True)
@@ -394,7 +400,7 @@ class SessionMachine:
         tombstone of counters, as after an `end`. Records still waiting for the ones
         before them (`window` mode) are rejected into `out`: never applied, never lost."""
         self._reject_waiting(state, out, Reason.GAP, "when the session expired")
-        state.status, state.rows_at_end = Status.EXPIRED, state.table_rows
+        state.status, state.rows_at_end = SessionStatus.EXPIRED, state.table_rows
         state.row_ids, state.pending, state.seen = set(), {}, SeqRanges()
 
     def _reject_waiting(self, state: SessionState, out: Output, reason: Reason, when: str) -> None:
@@ -415,16 +421,16 @@ class SessionMachine:
             state.last_event_time = record.event_time
         expected = 0 if state.last_seq is None else state.last_seq + 1
 
-        if state.status in (Status.CLOSED, Status.EXPIRED):
+        if state.status in (SessionStatus.CLOSED, SessionStatus.EXPIRED):
             return self._reject(
                 state, record, out, Reason.AFTER_END, f"session already {state.status}", expected
             )
         if record.problem:
             return self._reject(state, record, out, record.problem, record.detail or "", expected)
         assert record.seq is not None
-        if state.status is Status.BROKEN:
+        if state.status is SessionStatus.BROKEN:
             if record.kind == "snapshot":
-                state.status, state.broken_at_seq = Status.OPEN, None
+                state.status, state.broken_at_seq = SessionStatus.OPEN, None
                 return self._apply(state, record, out, action="resync")
             return self._reject(
                 state,
@@ -526,7 +532,7 @@ class SessionMachine:
                 f"integrity violation ({reason}) in session {state.session_id} at "
                 f"{where}: expected seq {expected}, found {found}: {detail}"
             )
-        state.status, state.broken_at_seq = Status.BROKEN, expected
+        state.status, state.broken_at_seq = SessionStatus.BROKEN, expected
         return f"reject:{reason}:broken"
 
     def _apply(
@@ -546,7 +552,7 @@ class SessionMachine:
             self._reject_waiting(
                 state, out, Reason.AFTER_END, f"when the session ended at seq {record.seq}"
             )
-            state.status, state.rows_at_end = Status.CLOSED, len(state.row_ids)
+            state.status, state.rows_at_end = SessionStatus.CLOSED, len(state.row_ids)
             state.row_ids, state.pending, state.seen = set(), {}, SeqRanges()
         return action
 

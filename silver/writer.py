@@ -23,7 +23,7 @@ from lakehouse.storage.delta import Txn
 from lakehouse.storage.lease import Held
 from silver import outputs, row_changes, session_rows, sessions, state_transitions, violations
 
-TABLES = (*outputs.TABLES, session_rows.TABLE)
+SILVER_TABLES = (*outputs.OUTPUT_TABLES, session_rows.TABLE)
 """Every table the writer fills."""
 
 _SEARCHING = ThreadPoolExecutor(1, thread_name_prefix="silver-held-rows")
@@ -121,7 +121,7 @@ class SilverWriter:
         self, spark: SparkSession, settings: Settings, held: Held, after_batch: AfterBatch
     ) -> None:
         self.spark, self.held, self.after_batch = spark, held, after_batch
-        self.uri = {spec.name: settings.storage.table_uri(spec.name) for spec in TABLES}
+        self.uri = {spec.name: settings.storage.table_uri(spec.name) for spec in SILVER_TABLES}
         # Violations of records read in the JVM get their bytes from bronze, by lineage.
         self.bronze = spark.read.format("delta").load(
             settings.storage.table_uri("bronze.sensor_records")
@@ -144,7 +144,7 @@ class SilverWriter:
             # A rebuild replaces every table that holds rows, whether it gets any or not.
             written = {
                 s.name
-                for s in outputs.TABLES
+                for s in outputs.OUTPUT_TABLES
                 if counted.rows[s.name] or (rebuild and self.holds_rows(s.name))
             }
             if written or rebuild:  # a rebuild replaces the gate's results too

@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from lakehouse.core.console import moment, record_at
-from lakehouse.ops.explain import LINEAGE, Explained
+from lakehouse.ops.explain import LINEAGE, Explanation
 
 SHOWN = 20
 """Violations and gold rows the console lists of a session; `--json` has them all."""
 
 
-def text(explained: Explained) -> list[str]:
+def text(explained: Explanation) -> list[str]:
     """The console's lines, layer by layer."""
     e, s = explained, explained.session_row or {}
     head = f"{e.sensor}/{e.session}: " + (
@@ -25,7 +25,7 @@ def text(explained: Explained) -> list[str]:
     return [head, "", *_kafka(e), "", *_silver(e), "", *_gold(e)]
 
 
-def _kafka(e: Explained) -> list[str]:
+def _kafka(e: Explanation) -> list[str]:
     lines = ["Kafka (what the sensor sent) and bronze (what the lake took in):"]
     for k in e.kafka:
         lines.append(
@@ -50,7 +50,7 @@ def _kafka(e: Explained) -> list[str]:
     return lines
 
 
-def _silver(e: Explained) -> list[str]:
+def _silver(e: Explanation) -> list[str]:
     s = e.session_row or {}
     lines = ["silver (the session rebuilt, record by record):"]
     if s:
@@ -106,7 +106,7 @@ def violation(v: Mapping[str, Any]) -> str:
     return detail if seqs in detail else "; ".join(filter(None, (seqs, detail)))
 
 
-def _gold(e: Explained) -> list[str]:
+def _gold(e: Explanation) -> list[str]:
     lines = ["gold (every row the session feeds):"]
     for g in e.gold:
         lines.append(f"  {g.model}: {len(g.rows):,} rows")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from lakehouse.core.settings import Settings
     from lakehouse.definitions import NodeRunner
     from lakehouse.graph.nodes import Graph, Node
-    from lakehouse.observe.lineage import Lineage
+    from lakehouse.observe.lineage import LineageEvents
 
 
 def add_commands(commands: Any) -> None:
@@ -220,7 +220,7 @@ def _run_stream(
     settings: Settings,
     node: Node,
     trace: frozenset[str] | None,
-    lineage: Lineage | None,
+    lineage: LineageEvents | None,
     session: SparkSession,
     stop: threading.Event,
 ) -> None:

@@ -224,7 +224,7 @@ def column_sources(frame: Any) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-class Lineage:
+class LineageEvents:
     """Sends a walk's events: one client, the walk's run as every node's parent. Made by
     `of`, which gives None when `lineage.transport` is off."""
 
@@ -298,7 +298,7 @@ class Lineage:
             self._gone = True
 
     @classmethod
-    def of(cls, settings: LineageSettings, *args: Any, **kwargs: Any) -> Lineage | None:
+    def of(cls, settings: LineageSettings, *args: Any, **kwargs: Any) -> LineageEvents | None:
         """A walk's lineage, or None when `lineage.transport` is off."""
         return None if settings.transport == "off" else cls(settings, *args, **kwargs)
 

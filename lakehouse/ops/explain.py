@@ -96,7 +96,7 @@ class GoldRows:
 
 
 @dataclass
-class Explained:
+class Explanation:
     sensor: str
     session: str
     session_row: dict[str, Any] | None
@@ -129,7 +129,7 @@ def explain_session(
     sensor: str,
     session: str,
     with_rows: bool = False,
-) -> Explained:
+) -> Explanation:
     """Everything the lake holds about `sensor`/`session`, read by its key and lineage."""
     read = Lake(spark, settings)
     mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
@@ -177,7 +177,7 @@ def explain_session(
         lambda: _gold(read, sensor, session),
     ]
     kafka_records, gold = delta.side_by_side(layers)
-    return Explained(
+    return Explanation(
         sensor,
         session,
         session_row,

@@ -117,7 +117,7 @@ class Freshness:
 
 
 @dataclass
-class Status:
+class PipelineStatus:
     streams: list[StreamState] = field(default_factory=list)
     kafka: list[PartitionLag] = field(default_factory=list)
     topics: list[TopicLag] = field(default_factory=list)
@@ -146,12 +146,12 @@ def status(
     spark: SparkSession,
     settings: Settings,
     now: datetime | None = None,
-) -> Status:
+) -> PipelineStatus:
     """The pipeline's status as of `now`."""
     streams, readers = STREAMS.values(), READERS
     now = now or datetime.now(UTC)
     rules = settings.status
-    found = Status(streams=stream_states(spark, settings, now))
+    found = PipelineStatus(streams=stream_states(spark, settings, now))
     waiting: dict[str, str] = {}
     found.readers = readers_behind(spark, settings, readers)
     for stream in streams:
@@ -354,7 +354,7 @@ def level_of(age_seconds: float, rule: FreshnessRule) -> Level:
     return _level(age_seconds, rule.warn_after_seconds, rule.error_after_seconds)
 
 
-def lines(found: Status, partitions: bool = False) -> list[str]:
+def lines(found: PipelineStatus, partitions: bool = False) -> list[str]:
     """The status as a person reads it: Kafka lag by topic with the partitions that lag,
     or every partition with `partitions`."""
     out = ["streams:"]

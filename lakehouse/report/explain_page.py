@@ -31,7 +31,7 @@ _STYLE = (
 
 
 def write_explain_page(site: Path, explained: Mapping[str, Any]) -> Path:
-    """Write the session's page (`explained`: `Explained.to_dict()`) and the index of
+    """Write the session's page (`explained`: `Explanation.to_dict()`) and the index of
     explained sessions; the page's path."""
     folder = site / FOLDER
     folder.mkdir(parents=True, exist_ok=True)

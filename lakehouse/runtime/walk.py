@@ -26,10 +26,10 @@ from lakehouse.core.errors import explain, first_line
 from lakehouse.core.settings import Settings
 from lakehouse.graph.nodes import Graph, Node
 from lakehouse.observe import metrics, progress
-from lakehouse.observe.lineage import Assertion, Lineage
+from lakehouse.observe.lineage import Assertion, LineageEvents
 from lakehouse.quality.store import new_run_id
 
-Status = Literal["success", "warn", "error", "skipped"]
+NodeStatus = Literal["success", "warn", "error", "skipped"]
 KEPT_RUNS = 10
 """Run folders kept under `<local_state>/runs/`; older ones are deleted."""
 
@@ -38,7 +38,7 @@ KEPT_RUNS = 10
 class Done:
     """What running one node did, as the node's runner reports it."""
 
-    status: Status = "success"
+    status: NodeStatus = "success"
     rows_written: int | None = None
     rows_read: int | None = None
     failures: int | None = None
@@ -56,7 +56,7 @@ class NodeResult:
 
     unique_id: str
     kind: str
-    status: Status
+    status: NodeStatus
     started_at: str
     completed_at: str
     execution_time: float
@@ -139,7 +139,7 @@ def walk(
     runner: Runner,
     invocation: Mapping[str, Any],
     manifest: Mapping[str, Any],
-    lineage: Lineage | None = None,
+    lineage: LineageEvents | None = None,
 ) -> list[NodeResult]:
     """Run `nodes` with `runner`, record each in the progress tables, then write
     run_results.json (with the command's `invocation`) and `manifest` (also when a node
@@ -163,7 +163,7 @@ def walk(
     return results
 
 
-def observed(run_node: Callable[[Node], Done], lineage: Lineage) -> Callable[[Node], Done]:
+def observed(run_node: Callable[[Node], Done], lineage: LineageEvents) -> Callable[[Node], Done]:
     """`run_node`, telling `lineage` as each node starts and as it ends (FAIL for an error,
     a raised one or a check's verdict)."""
 

@@ -75,7 +75,7 @@ def traffic() -> tuple[list[Record], dict[str, tuple[str, str]]]:
     return kept + reused, named
 
 
-Explained = tuple[Settings, dict[str, tuple[str, str]], dict[str, dict[str, Any]], Any]
+ExplainedLake = tuple[Settings, dict[str, tuple[str, str]], dict[str, dict[str, Any]], Any]
 """The lake's settings, the four sessions by case, their explanations by
 `sensor/session`, and the explain command's run."""
 
@@ -86,7 +86,7 @@ def as_json(value: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def explained(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Explained:
+def explained(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> ExplainedLake:
     """The traffic in Kafka, one `lakehouse build`, then one `lakehouse explain` of the
     four sessions."""
     root = tmp_path_factory.mktemp("explain")
@@ -108,7 +108,7 @@ def explained(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.mark.parametrize("case", ["clean", "gap and resync", "broken", "reused id"])
 def test_explain_tells_what_kafka_holds_and_how_silver_rebuilt_it(
-    explained: Explained,
+    explained: ExplainedLake,
     kafka_bootstrap: str,
     case: str,
 ) -> None:
@@ -155,7 +155,7 @@ def test_explain_tells_what_kafka_holds_and_how_silver_rebuilt_it(
 
 
 def test_explain_finds_every_gold_row_a_session_feeds_and_the_run_that_wrote_it(
-    explained: Explained,
+    explained: ExplainedLake,
     spark: SparkSession,
 ) -> None:
     settings, named, found, _ = explained
@@ -189,7 +189,7 @@ def test_explain_finds_every_gold_row_a_session_feeds_and_the_run_that_wrote_it(
 
 
 def test_a_record_names_its_session_and_a_reused_id_stays_with_its_sensor(
-    explained: Explained,
+    explained: ExplainedLake,
     spark: SparkSession,
 ) -> None:
     settings, named, found, _ = explained
@@ -212,7 +212,7 @@ def test_a_record_names_its_session_and_a_reused_id_stays_with_its_sensor(
 
 
 def test_the_page_of_an_explained_session_shows_its_path_through_the_layers(
-    explained: Explained,
+    explained: ExplainedLake,
     tmp_path: Path,
 ) -> None:
     settings, named, _, _ = explained

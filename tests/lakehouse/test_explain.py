@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from lakehouse.cli.explain_text import text, violation
-from lakehouse.ops.explain import Explained, KafkaRecords, _coordinates, session_named
+from lakehouse.ops.explain import Explanation, KafkaRecords, _coordinates, session_named
 from lakehouse.report.explain_page import write_explain_page
 
 
@@ -20,8 +20,8 @@ def records(**changed: object) -> KafkaRecords:
     return KafkaRecords(**{**fields, **changed})  # type: ignore[arg-type]
 
 
-def explained(kafka: KafkaRecords) -> Explained:
-    return Explained(
+def explained(kafka: KafkaRecords) -> Explanation:
+    return Explanation(
         "s1", "a", None, [kafka], None, [], {}, 0, None,
         {"oldest_offset": None, "newest_offset": None, "records": 0}, [],
     )  # fmt: skip

@@ -131,7 +131,9 @@ def test_the_schema_check_finds_what_the_spec_refuses() -> None:
 def test_a_walk_sends_start_then_complete_or_fail_with_the_failed_assertion(
     tmp_path: Path,
 ) -> None:
-    sent = lineage.Lineage(LineageSettings("file", "", "lakehouse"), tmp_path, MANIFEST, "check")
+    sent = lineage.LineageEvents(
+        LineageSettings("file", "", "lakehouse"), tmp_path, MANIFEST, "check"
+    )
     nodes = {n: Node(n, "check", "silver", ("silver.sessions",)) for n in MANIFEST["nodes"]}
 
     def run_node(node: Node) -> Done:
@@ -163,7 +165,7 @@ def test_a_collector_that_does_not_answer_costs_a_warning_not_the_walk(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     gone = LineageSettings("http", "http://127.0.0.1:9", "lakehouse")
-    sent = lineage.Lineage(gone, Path("."), MANIFEST, "build")
+    sent = lineage.LineageEvents(gone, Path("."), MANIFEST, "build")
     run_id = sent.start("silver")
     sent.end("silver", run_id)
     assert capsys.readouterr().out.count("warning: lineage events not sent") == 1
@@ -186,7 +188,7 @@ def test_http_sends_each_event_to_the_collectors_lineage_endpoint() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        sent = lineage.Lineage(
+        sent = lineage.LineageEvents(
             LineageSettings("http", url, "lakehouse"), Path("."), MANIFEST, "run"
         )
         sent.end("gold.sensor_daily", sent.start("gold.sensor_daily"))
@@ -207,7 +209,7 @@ def test_column_lineage_goes_with_a_model_run_that_wrote_rows_only(tmp_path: Pat
         return {"day": [("gold.sensor_hourly", "hour")]}
 
     settings = LineageSettings("file", "", "lakehouse")
-    sent = lineage.Lineage(settings, tmp_path, MANIFEST, "run", column_sources=sources)
+    sent = lineage.LineageEvents(settings, tmp_path, MANIFEST, "run", column_sources=sources)
     daily = Node("gold.sensor_daily", "model", "gold", ("gold.sensor_hourly",), ())
     for written in (0, 24):
         observed(lambda _, n=written: Done(rows_written=n), sent)(daily)

@@ -12,8 +12,8 @@ from lakehouse.observe.progress import Recorder, batch_row
 from lakehouse.ops.status import (
     Freshness,
     PartitionLag,
+    PipelineStatus,
     Stall,
-    Status,
     StreamState,
     changed_rows,
     kafka_lag,
@@ -138,8 +138,8 @@ def test_freshness_levels_and_the_exit_code_of_the_worst() -> None:
         "warn",
         "error",
     ]
-    assert Status().exit_code == 0
-    assert Status(kafka_error="Kafka at x unreachable").exit_code == 2
+    assert PipelineStatus().exit_code == 0
+    assert PipelineStatus(kafka_error="Kafka at x unreachable").exit_code == 2
 
 
 def test_the_jobs_own_count_of_input_rows_wins_and_scales_the_rates() -> None:
@@ -192,13 +192,13 @@ def test_status_lists_the_kafka_changes_accepted_with_who_and_when() -> None:
         "accepted_at": datetime(2026, 11, 26, 3, 0, tzinfo=UTC),
         "reason": "retention ran out over the weekend",
     }
-    said = lines(Status(kafka_changes=[accepted]))
+    said = lines(PipelineStatus(kafka_changes=[accepted]))
     assert (
         "  batch 9: offsets_lost     sensors.a/0: skipped offsets 120..239, reads from 240, "
         "by ops at 2026-11-26 03:00:00: retention ran out over the weekend"
     ) in said
     # Accepted changes are a record, not a fault: the level stays ok.
-    assert Status(kafka_changes=[accepted]).exit_code == 0
+    assert PipelineStatus(kafka_changes=[accepted]).exit_code == 0
 
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -263,14 +263,14 @@ def test_the_exit_code_is_the_worst_of_lag_stalls_and_freshness() -> None:
     (warned,) = topic_lags([lagging("s.a", 0, 200, 1)], LAG_RULE, NOW)
     fresh = Freshness("bronze.sensor_records", "kafka_timestamp", NOW, 1.0, "ok")
     stall = Stall("silver", "40 rows of bronze.sensor_records", 900, "error")
-    assert Status(freshness=[fresh]).exit_code == 0
-    assert Status(topics=[warned], freshness=[fresh]).exit_code == 1
-    assert Status(topics=[warned], stalls=[stall], freshness=[fresh]).exit_code == 2
+    assert PipelineStatus(freshness=[fresh]).exit_code == 0
+    assert PipelineStatus(topics=[warned], freshness=[fresh]).exit_code == 1
+    assert PipelineStatus(topics=[warned], stalls=[stall], freshness=[fresh]).exit_code == 2
 
 
 def test_status_shows_a_line_per_topic_and_the_partitions_behind_or_all_when_asked() -> None:
     lags = [lagging("s.a", 0, 0, None), lagging("s.a", 1, 200, 90), lagging("s.b", 0, 0, None)]
-    found = Status(kafka=lags, topics=topic_lags(lags, LAG_RULE, NOW))
+    found = PipelineStatus(kafka=lags, topics=topic_lags(lags, LAG_RULE, NOW))
 
     short, every = lines(found), lines(found, partitions=True)
 

@@ -14,7 +14,7 @@ from silver.session_machine import (
     RowChange,
     SessionMachine,
     SessionState,
-    Status,
+    SessionStatus,
 )
 from tests.support.records import delete, end, raw, rec, snapshot, upsert, vals
 
@@ -102,7 +102,7 @@ def test_snapshot_then_updates_rebuild_the_table() -> None:
         ("r3", "insert"),
         ("r2", "delete"),
     ]
-    assert state.last_seq == 3 and state.status is Status.OPEN and not out.violations
+    assert state.last_seq == 3 and state.status is SessionStatus.OPEN and not out.violations
 
 
 def test_every_change_carries_the_lineage_of_its_record() -> None:
@@ -119,14 +119,14 @@ def test_later_snapshot_replaces_the_table_and_deletes_vanished_rows() -> None:
 
 def test_end_closes_the_session_and_drops_its_table_from_state() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1, r2=2), end(1))
-    assert state.status is Status.CLOSED
+    assert state.status is SessionStatus.CLOSED
     assert state.row_ids == set() and state.table_rows == 2
 
 
 def test_record_after_end_is_rejected_without_breaking() -> None:
     state, out = run(STRICT, snapshot(0, r1=1), end(1), upsert(2))
     assert [v.reason for v in out.violations] == [Reason.AFTER_END]
-    assert state.status is Status.CLOSED
+    assert state.status is SessionStatus.CLOSED
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_strict_quarantine_rejects_and_breaks_the_session(
         found,
     )
     assert violation.raw == records[-1].raw and violation.lineage == records[-1].lineage
-    assert state.status is Status.BROKEN
+    assert state.status is SessionStatus.BROKEN
 
 
 def test_broken_session_quarantines_records_until_the_next_snapshot_resyncs_it() -> None:
@@ -166,12 +166,12 @@ def test_broken_session_quarantines_records_until_the_next_snapshot_resyncs_it()
         upsert(5, "r5", 6),
     )
     assert [v.reason for v in out.violations] == [Reason.GAP, Reason.QUARANTINED]
-    assert state.status is Status.OPEN and temps(state) == {"r5": 6} and state.last_seq == 5
+    assert state.status is SessionStatus.OPEN and temps(state) == {"r5": 6} and state.last_seq == 5
 
 
 def test_a_gap_in_strict_mode_is_counted_in_gaps_as_well_as_rejected() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1), upsert(2, "r1", 7), upsert(3), snapshot(9, r1=2))
-    assert (state.gaps, state.rejected, state.status) == (1, 2, Status.OPEN)
+    assert (state.gaps, state.rejected, state.status) == (1, 2, SessionStatus.OPEN)
 
 
 class FailsOnSeq(SessionMachine):
@@ -192,7 +192,7 @@ def test_an_unexpected_error_on_one_record_is_an_internal_violation_and_the_stre
         (Reason.QUARANTINED, 3),
     ]
     assert "ZeroDivisionError: division by zero" in out.violations[0].detail
-    assert state.status is Status.BROKEN and temps(state) == {"r1": 2}
+    assert state.status is SessionStatus.BROKEN and temps(state) == {"r1": 2}
 
 
 def test_an_unexpected_error_under_the_fail_policy_stops_naming_the_record() -> None:
@@ -236,7 +236,7 @@ def test_expire_marks_the_session_expired() -> None:
     state, _ = run(STRICT, snapshot(0, r1=1))
     out = Output()
     STRICT.expire(state, out)
-    assert state.status is Status.EXPIRED and not out.violations
+    assert state.status is SessionStatus.EXPIRED and not out.violations
 
 
 # --- ordered -----------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_ordered_drops_stale_and_duplicates_and_counts_them() -> None:
         ORDERED, snapshot(0, r1=1), upsert(1, "r1", 2), upsert(1, "r1", 9), upsert(0, "r1", 9)
     )
     assert [v.reason for v in out.violations] == [Reason.DUPLICATE, Reason.OUT_OF_ORDER]
-    assert temps(state) == {"r1": 2} and state.rejected == 2 and state.status is Status.OPEN
+    assert temps(state) == {"r1": 2} and state.rejected == 2 and state.status is SessionStatus.OPEN
 
 
 def test_ordered_accepts_gaps_and_counts_them() -> None:
@@ -260,7 +260,7 @@ def test_ordered_accepts_gaps_and_counts_them() -> None:
 def test_ordered_mode_does_not_break_a_session_on_an_invalid_record() -> None:
     state, out = run(ORDERED, snapshot(0, r1=1), rec(raw("1")), upsert(2, "r1", 3))
     assert [v.reason for v in out.violations] == [Reason.INVALID]
-    assert state.status is Status.OPEN and temps(state) == {"r1": 3}
+    assert state.status is SessionStatus.OPEN and temps(state) == {"r1": 3}
 
 
 # --- window ------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def test_window_records_still_waiting_when_the_session_expires_are_violations() 
     ]
     assert out.violations[0].detail == "waiting for seq 1 when the session expired"
     assert out.violations[0].raw == waiting[1].raw
-    assert state.status is Status.EXPIRED and not state.pending and state.rejected == 2
+    assert state.status is SessionStatus.EXPIRED and not state.pending and state.rejected == 2
 
 
 def test_window_records_waiting_beyond_the_sessions_end_are_violations() -> None:
@@ -317,7 +317,7 @@ def test_window_records_waiting_beyond_the_sessions_end_are_violations() -> None
     ((reason, seq, detail),) = [(v.reason, v.found_seq, v.detail) for v in out.violations]
     assert (reason, seq) == (Reason.AFTER_END, 3)
     assert detail == "waiting for seq 2 when the session ended at seq 1"
-    assert state.status is Status.CLOSED and not state.pending
+    assert state.status is SessionStatus.CLOSED and not state.pending
 
 
 def test_window_rejects_a_record_later_than_the_bound() -> None:
@@ -376,7 +376,7 @@ def test_lenient_modes_never_fail_the_query(mode: Mode) -> None:
     state, out = run(
         machine, snapshot(0, r1=1), upsert(3), upsert(3), upsert(1), rec(raw("7")), upsert(9)
     )
-    assert state.status is Status.OPEN and out.violations
+    assert state.status is SessionStatus.OPEN and out.violations
 
 
 # --- trace -------------------------------------------------------------------------
