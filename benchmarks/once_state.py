@@ -18,7 +18,8 @@ import argparse
 import json
 import time
 
-from silver.session_machine import Lineage, Mode, Record, SessionMachine, SessionState
+from silver.session_machine import SessionMachine
+from silver.session_state import Lineage, Mode, Record, SessionState
 
 
 def traffic(updates: int) -> list[int]:

@@ -133,7 +133,7 @@ def _protocol_reading(
 
     Every row crosses into Python, a plain one as nulls but for its sensor id: 0.05 s over
     300,000 records (docs/benchmarks.md)."""
-    from silver.session_machine import Lineage, parse_record
+    from silver.session_state import Lineage, parse_record
 
     def reading(session_id: Any, key: Any, value: Any, sensor: str) -> str | None:
         if not isinstance(session_id, str):

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from lakehouse.core.settings import SilverSettings
 from silver import outputs
 from silver.protocol import VALUE_NAMES
-from silver.session_machine import STATE_VERSION
+from silver.session_state import STATE_VERSION
 
 STATE_SCHEMA = (
     "version INT, status STRING, last_seq BIGINT, table_rows BIGINT, records BIGINT, "

@@ -34,7 +34,7 @@ from lakehouse.storage import catalog, delta, lease, positions
 from silver import sessions, violations
 from silver.parsing import keyed_records
 from silver.processor import SESSIONS, reconstruct_sessions
-from silver.session_machine import STATE_VERSION
+from silver.session_state import STATE_VERSION
 from silver.writer import SILVER_TABLES, SilverWriter
 
 QUERY_NAME = CHECKPOINT = "silver.sessions_stream"

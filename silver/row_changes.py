@@ -12,7 +12,7 @@ from typing import Any
 
 from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
 from silver import protocol
-from silver.session_machine import RowChange
+from silver.session_state import RowChange
 
 TABLE = TableSpec(
     name="silver.row_changes",

@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
 from lakehouse.storage import delta
 from lakehouse.storage.delta import Txn
-from silver.session_machine import SessionState
+from silver.session_state import SessionState
 
 TABLE = TableSpec(
     name="silver.sessions",

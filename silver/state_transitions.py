@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
-from silver.session_machine import Transition
+from silver.session_state import Transition
 
 TABLE = TableSpec(
     name="silver.state_transitions",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakehouse.core.tables import LINEAGE_COLUMNS, TableSpec
-from silver.session_machine import Violation
+from silver.session_state import Violation
 
 TABLE = TableSpec(
     name="silver.violations",

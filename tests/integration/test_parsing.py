@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from silver.parsing import keyed_records
-from silver.session_machine import Lineage, Record, parse_record
+from silver.session_state import Lineage, Record, parse_record
 from tests.support.hostile import CASES, PREFIX, SENSOR, TOPIC, hostile_messages
 
 pytestmark = pytest.mark.integration

@@ -15,15 +15,14 @@ from py4j.java_gateway import get_field
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
-from silver.session_machine import (
-    Clock,
+from silver.session_machine import Clock, SessionMachine
+from silver.session_state import (
     IntegrityError,
     Lineage,
     Mode,
     Output,
     Policy,
     Record,
-    SessionMachine,
     SessionState,
 )
 from tests.support.records import raw, rec, sessions

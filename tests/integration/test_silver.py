@@ -20,7 +20,7 @@ from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.storage import catalog
 from silver import processor, reconstruct, sessions
-from silver.session_machine import STATE_VERSION
+from silver.session_state import STATE_VERSION
 from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import consume_all

@@ -12,7 +12,7 @@ import pytest
 
 from lakehouse import PROJECT_ROOT
 from silver import protocol
-from silver.session_machine import Lineage, Reason, Record, parse_record
+from silver.session_state import Lineage, Reason, Record, parse_record
 
 VALUES = {"temperature": 21.5, "humidity": 40, "pressure": 1000.0, "status": "ok", "counter": 7}
 GOOD = {

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from silver.session_machine import (
+from silver.session_machine import SessionMachine
+from silver.session_state import (
     IntegrityError,
     Mode,
     Output,
@@ -12,7 +13,6 @@ from silver.session_machine import (
     Reason,
     Record,
     RowChange,
-    SessionMachine,
     SessionState,
     SessionStatus,
 )

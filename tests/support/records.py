@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from silver.session_machine import Lineage, Record, parse_record
+from silver.session_state import Lineage, Record, parse_record
 
 _offsets = itertools.count()
 
