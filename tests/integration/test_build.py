@@ -157,7 +157,7 @@ def test_ls_and_a_dry_run_print_the_plan_and_run_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     env = overrides(tmp_path, kafka_bootstrap, "build.dry.")
-    # What each selector selects of the pipeline's graph: tests/lakehouse/test_graph.py.
+    # What each selector selects of the pipeline's graph: tests/lakehouse/graph/test_graph.py.
     selection = ("+sensor_daily", "--exclude", "layer:bronze", "type:check")
     listed = run_lakehouse("ls", "--select", *selection, env=env, timeout=60)
     assert listed.returncode == 0, listed.stderr
