@@ -13,8 +13,8 @@ and what happened to it on the way" has an answer the lake already holds:
   violation with its reason and record, its rows now and the record each came from.
 - **gold**: every row the session contributes to, found by each model's own `changed_keys`
   over the session's silver rows (a model reading another model gets the rows found for
-  that one), with the run that last wrote it (the gold table's change feed, matched to
-  `gold.model_runs`) and that run's gate results.
+  that one), with the run that last wrote it (the gold table's change feed gives the
+  commit, whose metadata names its run) and that run's gate results.
 
 Reads are by the session's key or its Kafka coordinates only; nothing scans a whole table
 that file statistics can bound.
@@ -27,7 +27,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -392,66 +392,54 @@ def _gold_rows(
         explained.append(GoldRows(model.name, list(model.key), _rows(found[model.name], model.key)))
     fed = [(g, m) for g, m in zip(explained, MODELS, strict=True) if g.rows]
     calls: list[Callable[[], Any]] = [lambda: read(RUNS.name).collect()]
-    calls += [partial(_last_commits, read, m, found[m.name], len(g.rows)) for g, m in fed]
-    runs, *commits = delta.side_by_side(calls)
-    # Delta's commit time may be cut to the second (object stores): a second either side.
-    windows = {
-        (r.run_id, r.model): (
-            r.started_at - timedelta(seconds=1),
-            r.started_at + timedelta(seconds=r.seconds + 1),
+    calls += [partial(_writing_runs, read, m, found[m.name], len(g.rows)) for g, m in fed]
+    runs, *writers = delta.side_by_side(calls)
+    named = {run_id for ids in writers if not isinstance(ids, str) for run_id in ids}
+    gates = _gates(read, named)
+    for (g, _), ids in zip(fed, writers, strict=True):
+        if isinstance(ids, str):
+            g.runs = [{"note": ids}]
+            continue
+        written = sorted(
+            (r for r in runs if r.model == g.model and r.run_id in ids),
+            key=lambda r: r.started_at,
         )
-        for r in runs
-    }
-    written = {
-        g.model: [
-            r for r in runs
-            if r.model == g.model
-            and any(_within(t, windows[(r.run_id, r.model)]) for t in times)
-        ]
-        for (g, _), times in zip(fed, commits, strict=True)
-        if not isinstance(times, str)
-    }  # fmt: skip
-    gates = _gates(read, [windows[(r.run_id, r.model)] for rs in written.values()
-                                  for r in rs])  # fmt: skip
-    for (g, _), times in zip(fed, commits, strict=True):
-        if isinstance(times, str):
-            g.runs = [{"note": times}]
-        elif not written[g.model]:
-            g.runs = [{"note": f"no run in {RUNS.name} was running at its last commit"}]
-        else:
-            g.runs = [
-                _run_entry(
-                    r,
-                    windows[(r.run_id, r.model)],
-                    [x for x in gates if x["table_name"] == g.model],
-                )
-                for r in sorted(written[g.model], key=lambda r: r.started_at)
-            ]
+        g.runs = [_run_entry(r, gates) for r in written]
+        if unnamed := ids.get(None):
+            g.runs.append(
+                {"note": f"{unnamed} of its last commits name no run (made before gold's "
+                         "commits named their runs)"}
+            )  # fmt: skip
+        elif not written:
+            g.runs = [{"note": f"no run in {RUNS.name} of those its last commits name"}]
     return explained
 
 
-def _run_entry(
-    run: Any, window: tuple[datetime, datetime], gates: Sequence[dict[str, Any]]
-) -> dict[str, Any]:
-    """A run of `gold.model_runs` with its gate's results (those validated while it ran)."""
+def _run_entry(run: Any, gates: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A run of `gold.model_runs` with its gate's results for the model."""
     return {
         "run_id": run.run_id,
         "mode": run.mode,
         "started_at": run.started_at,
         "rows_written": run.rows_written,
         "gate": [
-            {k: v for k, v in gate.items() if k not in ("table_name", "validated_at")}
+            {k: v for k, v in gate.items() if k not in ("table_name", "run_id")}
             for gate in gates
-            if _within(gate["validated_at"], window)
+            if gate["run_id"] == run.run_id and gate["table_name"] == run.model
         ],
     }
 
 
-def _last_commits(read: Lake, model: Model, rows: DataFrame, count: int) -> list[datetime] | str:
-    """When each of `rows` (`count` of them) was last written, as the model's change feed
-    says; read back from the latest version, over more versions until every row is found,
-    so that the cost follows the rows' age, not the table's history."""
-    latest = delta.latest(read.spark, read.settings.storage.table_uri(model.name)).version
+def _writing_runs(
+    read: Lake, model: Model, rows: DataFrame, count: int
+) -> Counter[str | None] | str:
+    """The runs that last wrote `rows` (`count` of them), each with how many of those
+    commits name it. The model's change feed gives each row's last commit, read back from
+    the latest version over more versions until every row is found (so that the cost
+    follows the rows' age, not the table's history); a commit names its run in its
+    metadata (`delta.commits_naming`)."""
+    uri = read.settings.storage.table_uri(model.name)
+    latest = delta.latest(read.spark, uri).version
     span = 8
     while True:
         start = max(0, latest - span + 1)
@@ -461,27 +449,25 @@ def _last_commits(read: Lake, model: Model, rows: DataFrame, count: int) -> list
                 .where(F.col("_change_type").isin("insert", "update_postimage"))
                 .join(rows.select(*model.key), list(model.key), "left_semi")
                 .groupBy(*model.key)
-                .agg(F.max("_commit_timestamp").alias("at"))
+                .agg(F.max("_commit_version").alias("version"))
                 .collect()
             )
         except Exception as error:  # vacuumed files: Delta says "change data gone" its ways
             return f"the change feed from version {start} is not readable: {explain(error)}"
         if len(commits) >= count or start == 0:
-            return sorted({c.at for c in commits})
+            break
         span *= 4
+    versions = sorted({c.version for c in commits})
+    named = delta.commit_metadata(read.spark, uri, versions)
+    return Counter(named.get(v) for v in versions)
 
 
-def _gates(read: Lake, windows: Sequence[tuple[datetime, datetime]]) -> list[dict[str, Any]]:
-    """Gold's gate results validated within any of `windows` (the runs' times)."""
-    if not windows:
+def _gates(read: Lake, run_ids: set[str | None]) -> list[dict[str, Any]]:
+    """Gold's gate results of the runs `run_ids`."""
+    ids = sorted(i for i in run_ids if i is not None)
+    if not ids:
         return []
-    within = F.lit(False)
-    for first, last in windows:
-        within = within | F.col("validated_at").between(first, last)
-    columns = ("table_name", "validated_at", "expectation", "severity", "success",
+    columns = ("table_name", "run_id", "expectation", "severity", "success",
                "unexpected_count")  # fmt: skip
-    return _rows(read(GOLD_RESULTS).where(within).select(*columns), ("expectation",))
-
-
-def _within(at: datetime, window: tuple[datetime, datetime]) -> bool:
-    return window[0] <= at <= window[1]
+    found = read(GOLD_RESULTS).where(F.col("run_id").isin(ids)).select(*columns)
+    return _rows(found, ("expectation",))

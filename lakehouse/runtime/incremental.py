@@ -80,7 +80,9 @@ def run_models(
     time (a walk of the graph), so that it reads the log once rather than once per model.
     """
     history = run_log(spark, storage) if history is None else history
-    run_id = new_run_id()
+    # One id for the run, its gate's results and its commits: every commit names the run
+    # that made it (Delta's commit metadata), so that `explain` reads which run wrote a row.
+    run_id = gate.run_id if gate is not None else new_run_id()
 
     def run(model: Model) -> ModelRun:
         echo(f"{model.name}: reading {', '.join(model.reads)} ...")
@@ -96,11 +98,12 @@ def run_models(
         return done
 
     runs: list[ModelRun] = []
-    try:
-        for model in dependency_order(models):
-            runs.append(run(model))
-    finally:
-        _record(spark, storage, run_id, runs)
+    with delta.commits_naming(spark, run_id):
+        try:
+            for model in dependency_order(models):
+                runs.append(run(model))
+        finally:
+            _record(spark, storage, run_id, runs)
     return runs
 
 

@@ -281,6 +281,30 @@ def merge(
 
 
 @contextmanager
+def commits_naming(spark: SparkSession, metadata: str) -> Iterator[None]:
+    """Every Delta commit of `spark`'s session within names `metadata` (Delta's commit
+    `userMetadata`, in the table's history): what made it, read back by `commit_metadata`.
+    The session's own: a part of `run all` has a session of its own."""
+    spark.conf.set(_USER_METADATA, metadata)
+    try:
+        yield
+    finally:
+        spark.conf.unset(_USER_METADATA)
+
+
+def commit_metadata(
+    spark: SparkSession, location: str, versions: Sequence[int]
+) -> dict[int, str | None]:
+    """version -> what its commit names (`commits_naming`; None if nothing)."""
+    history = DeltaTable.forPath(spark, location).history()
+    found = history.where(F.col("version").isin(list(versions))).select("version", "userMetadata")
+    return {r.version: r.userMetadata for r in found.collect()}
+
+
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@contextmanager
 def _merge_txn(spark: SparkSession, txn: Txn) -> Iterator[None]:
     """MERGE has no writer options; Delta reads the transaction from session settings.
 
