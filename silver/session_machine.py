@@ -118,15 +118,7 @@ class SessionMachine:
             self._reject(state, state.pending.pop(seq), out, reason, detail, expected, breaks=False)
 
     def _one(self, state: SessionState, record: Record, out: Output) -> str:
-        state.records += 1
-        state.sensor_id = state.sensor_id or record.sensor_id
-        if state.first_lineage is None:
-            state.first_lineage = record.lineage
-        state.last_lineage = record.lineage
-        if record.event_time is not None:
-            if state.first_event_time is None:
-                state.first_event_time = record.event_time
-            state.last_event_time = record.event_time
+        _count(state, record)
         expected = 0 if state.last_seq is None else state.last_seq + 1
 
         if state.status in (SessionStatus.CLOSED, SessionStatus.EXPIRED):
@@ -293,6 +285,19 @@ class SessionMachine:
         if state.first_seq is None:
             state.first_seq = seq
         state.last_seq = seq if state.last_seq is None else max(state.last_seq, seq)
+
+
+def _count(state: SessionState, record: Record) -> None:
+    """What the session's row says of every record it received, whatever it did."""
+    state.records += 1
+    state.sensor_id = state.sensor_id or record.sensor_id
+    if state.first_lineage is None:
+        state.first_lineage = record.lineage
+    state.last_lineage = record.lineage
+    if record.event_time is not None:
+        if state.first_event_time is None:
+            state.first_event_time = record.event_time
+        state.last_event_time = record.event_time
 
 
 def _apply_snapshot(state: SessionState, record: Record, out: Output) -> None:

@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -130,16 +131,7 @@ def node_event(
              if t in tables}  # fmt: skip
     if kafka:
         names[KAFKA] = kafka
-
-    def facets(table: str) -> dict[str, Any]:
-        if table not in tables:
-            return {}
-        fields = [
-            schema_dataset.SchemaDatasetFacetFields(c["name"], c["type"], c["description"] or None)
-            for c in tables[table]["columns"]
-        ]
-        return {"schema": schema_dataset.SchemaDatasetFacet(fields=fields)}
-
+    facets = partial(_schema, tables)
     inputs = [
         InputDataset(*names[t], facets=facets(t), inputFacets=_checked(assertions, t, entry))
         for t in entry["reads"]
@@ -151,15 +143,7 @@ def node_event(
         if column_sources and table == node:
             output_facets["columnLineage"] = _column_lineage(column_sources, names)
         outputs.append(OutputDataset(*names[table], facets=output_facets))
-    run_facets: dict[str, Any] = {
-        "parent": parent_run.ParentRunFacet(
-            run=parent_run.Run(runId=parent[1]), job=parent_run.Job(namespace, parent[0])
-        )
-    }
-    if error is not None:
-        run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=error, programmingLanguage="python", stackTrace=stack
-        )
+    run_facets = _run_facets(namespace, parent, error, stack)
     job_type = job_type_job.JobTypeJobFacet(
         processingType="STREAMING" if entry["kind"] == "stream" else "BATCH",
         integration="LAKEHOUSE",
@@ -174,6 +158,33 @@ def node_event(
         outputs=outputs,
         producer=PRODUCER,
     )
+
+
+def _schema(tables: Mapping[str, Any], table: str) -> dict[str, Any]:
+    """A table's schema facet, from the manifest's columns; none for what is not a table."""
+    if table not in tables:
+        return {}
+    fields = [
+        schema_dataset.SchemaDatasetFacetFields(c["name"], c["type"], c["description"] or None)
+        for c in tables[table]["columns"]
+    ]
+    return {"schema": schema_dataset.SchemaDatasetFacet(fields=fields)}
+
+
+def _run_facets(
+    namespace: str, parent: tuple[str, str], error: str | None, stack: str | None
+) -> dict[str, Any]:
+    """The run's parent (the walk) and, on failure, its error."""
+    facets: dict[str, Any] = {
+        "parent": parent_run.ParentRunFacet(
+            run=parent_run.Run(runId=parent[1]), job=parent_run.Job(namespace, parent[0])
+        )
+    }
+    if error is not None:
+        facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
+            message=error, programmingLanguage="python", stackTrace=stack
+        )
+    return facets
 
 
 def _checked(assertions: Sequence[Assertion], table: str, entry: Mapping[str, Any]) -> Any:

@@ -25,29 +25,27 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 
 from bronze import kafka_changes, sensor_records
 from lakehouse.core.errors import LakehouseError, explain
 from lakehouse.core.settings import Settings
-from lakehouse.definitions import MODELS
-from lakehouse.graph.models import Model
+from lakehouse.ops.explain_gold import GoldRows, gold_rows
+from lakehouse.ops.lake import Lake, rows_of
 from lakehouse.quality import store
 from lakehouse.services import kafka
 from lakehouse.storage import delta
-from lakehouse.storage.model_runs import RUNS
 from silver import row_changes, session_rows, sessions, state_transitions, violations
 
 LINEAGE = ("topic", "partition", "offset")
 BRONZE_QUARANTINE = store.quarantine_table("bronze").name
-GOLD_RESULTS = store.results_table("gold").name
 SHORT_RUN = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -84,15 +82,6 @@ class KafkaRecords:
     def exactly_once(self) -> bool:
         """No record held twice, and none the broker holds missing (where it was read)."""
         return not self.held_twice and not self.missing
-
-
-@dataclass
-class GoldRows:
-    model: str
-    key: list[str]
-    rows: list[dict[str, Any]]
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    """The runs that last wrote these rows, each with its gate's results."""
 
 
 @dataclass
@@ -133,28 +122,7 @@ def explain_session(
     """Everything the lake holds about `sensor`/`session`, read by its key and lineage."""
     read = Lake(spark, settings)
     mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
-    rows = read(session_rows.NAME).where(mine)
-    # Each read is a small job on its own table: side by side, they wait on storage and
-    # the driver together rather than in turn.
-    reads: list[Callable[[], Any]] = [
-        lambda: read(sessions.NAME).where(mine).collect(),
-        lambda: _rows(read(violations.NAME).where(mine).drop("raw_value"), LINEAGE),
-        lambda: _rows(read(state_transitions.NAME).where(mine), (*LINEAGE, "ordinal")),
-        lambda: (
-            read(row_changes.NAME)
-            .where(mine)
-            .groupBy("op", "topic", "partition")
-            .agg(F.count(F.lit(1)), F.min("offset"), F.max("offset"))
-            .collect()
-        ),
-        lambda: rows.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.min("offset").alias("oldest_offset"),
-            F.max("offset").alias("newest_offset"),
-            F.countDistinct(*LINEAGE).alias("records"),
-        ).collect(),
-        lambda: _rows(rows, ("row_id",)) if with_rows else None,
-    ]
+    reads = _silver_reads(read, mine, with_rows)
     found, rejected, transitions, changed, (sources,), listed = delta.side_by_side(reads)
     session_row = found[0].asDict() if found else None
     by_op: dict[str, int] = {}
@@ -174,7 +142,7 @@ def explain_session(
             _kafka_records(read, session, topic, partition, bounds)
             for (topic, partition), bounds in sorted(coordinates.items())
         ],
-        lambda: _gold(read, sensor, session),
+        lambda: gold_rows(read, sensor, session),
     ]
     kafka_records, gold = delta.side_by_side(layers)
     return Explanation(
@@ -192,27 +160,30 @@ def explain_session(
     )
 
 
-@dataclass(frozen=True)
-class Lake:
-    """The tables as an explanation reads them: by name, latest version."""
-
-    spark: SparkSession
-    settings: Settings
-
-    def __call__(self, name: str) -> DataFrame:
-        try:
-            return self.spark.read.format("delta").load(self.settings.storage.table_uri(name))
-        except Exception as error:
-            raise LakehouseError(f"cannot read {name}: {explain(error)}") from None
-
-    def changes(self, name: str, start: int) -> DataFrame:
-        """The changes of `name`'s change feed from version `start`."""
-        return (
-            self.spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", start)
-            .load(self.settings.storage.table_uri(name))
-        )
+def _silver_reads(read: Lake, mine: Column, with_rows: bool) -> list[Callable[[], Any]]:
+    """What silver holds of the session: its row, violations, transitions, row changes by
+    op and partition, its rows' lineage and (`with_rows`) the rows. Each is a small job on
+    its own table: side by side, they wait on storage and the driver together."""
+    rows = read(session_rows.NAME).where(mine)
+    return [
+        lambda: read(sessions.NAME).where(mine).collect(),
+        lambda: rows_of(read(violations.NAME).where(mine).drop("raw_value"), LINEAGE),
+        lambda: rows_of(read(state_transitions.NAME).where(mine), (*LINEAGE, "ordinal")),
+        lambda: (
+            read(row_changes.NAME)
+            .where(mine)
+            .groupBy("op", "topic", "partition")
+            .agg(F.count(F.lit(1)), F.min("offset"), F.max("offset"))
+            .collect()
+        ),
+        lambda: rows.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("offset").alias("oldest_offset"),
+            F.max("offset").alias("newest_offset"),
+            F.countDistinct(*LINEAGE).alias("records"),
+        ).collect(),
+        lambda: rows_of(rows, ("row_id",)) if with_rows else None,
+    ]
 
 
 def session_of_record(
@@ -241,10 +212,6 @@ def session_of_record(
         )
     sensor = kafka_changes.kafka_topic(topic)[0].removeprefix(settings.kafka.topic_prefix)
     return sensor, session
-
-
-def _rows(frame: DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
-    return [r.asDict() for r in frame.orderBy(*order).collect()]
 
 
 def _coordinates(
@@ -292,13 +259,7 @@ def _kafka_records(
     def ours(_: bytes | None, value: bytes | None) -> bool:
         return session_named(value) == session
 
-    def in_broker() -> tuple[list[int] | None, str]:
-        if kafka_changes.kafka_topic(topic)[1] > 1:  # a topic deleted and made again
-            return None, f"not compared with Kafka: {topic} is an incarnation of a remade topic"
-        try:
-            return kafka.offsets_naming(read.settings, topic, partition, first, last, ours)
-        except Exception as error:  # the answer is bronze's then, said so in a line
-            return None, f"not compared with Kafka: {explain(error)}"
+    in_broker = partial(_in_broker, read.settings, topic, partition, bounds, ours)
 
     reads: list[Callable[[], Any]] = [
         lambda: [(r.offset, r.kafka_timestamp) for r in kept.collect()],
@@ -335,6 +296,22 @@ def _kafka_records(
     )
 
 
+def _in_broker(
+    settings: Settings,
+    topic: str,
+    partition: int,
+    bounds: tuple[int, int],
+    ours: Callable[[bytes | None, bytes | None], bool],
+) -> tuple[list[int] | None, str]:
+    """The offsets in `bounds` of the broker's records that are `ours`, or None and why not."""
+    if kafka_changes.kafka_topic(topic)[1] > 1:  # a topic deleted and made again
+        return None, f"not compared with Kafka: {topic} is an incarnation of a remade topic"
+    try:
+        return kafka.offsets_naming(settings, topic, partition, *bounds, ours)
+    except Exception as error:  # the answer is bronze's then, said so in a line
+        return None, f"not compared with Kafka: {explain(error)}"
+
+
 def session_named(value: bytes | None) -> str | None:
     """The session id a record's value names, as silver reads it; None if it names none."""
     try:
@@ -359,115 +336,3 @@ def _quarantined_time(row_json: str) -> datetime | None:
     if not stamp:
         return None
     return datetime.fromisoformat(stamp).astimezone(UTC).replace(tzinfo=None)
-
-
-def _gold(
-    read: Lake,
-    sensor: str,
-    session: str,
-) -> list[GoldRows]:
-    """Each model's rows the session feeds: its keys from the session's silver rows (or the
-    rows found for the model it reads), then the run that last wrote them."""
-    found: dict[str, DataFrame] = {}
-    try:
-        return _gold_rows(read, sensor, session, found)
-    finally:  # a command explains sessions one after another: no cache outlives its own
-        for rows in found.values():
-            rows.unpersist()
-
-
-def _gold_rows(
-    read: Lake,
-    sensor: str,
-    session: str,
-    found: dict[str, DataFrame],
-) -> list[GoldRows]:
-    """`_gold`'s work; `found` gets each model's rows, cached, as they are read."""
-    mine = (F.col("sensor_id") == sensor) & (F.col("session_id") == session)
-    explained = []
-    for model in MODELS:
-        inputs = [found[name] if name in found else read(name).where(mine) for name in model.reads]
-        keys = model.changed_keys(*inputs).select(*model.key).distinct()
-        found[model.name] = read(model.name).join(keys, list(model.key), "left_semi").cache()
-        explained.append(GoldRows(model.name, list(model.key), _rows(found[model.name], model.key)))
-    fed = [(g, m) for g, m in zip(explained, MODELS, strict=True) if g.rows]
-    calls: list[Callable[[], Any]] = [lambda: read(RUNS.name).collect()]
-    calls += [partial(_writing_runs, read, m, found[m.name], len(g.rows)) for g, m in fed]
-    runs, *writers = delta.side_by_side(calls)
-    named = {run_id for ids in writers if not isinstance(ids, str) for run_id in ids}
-    gates = _gates(read, named)
-    for (g, _), ids in zip(fed, writers, strict=True):
-        if isinstance(ids, str):
-            g.runs = [{"note": ids}]
-            continue
-        written = sorted(
-            (r for r in runs if r.model == g.model and r.run_id in ids),
-            key=lambda r: r.started_at,
-        )
-        g.runs = [_run_entry(r, gates) for r in written]
-        if unnamed := ids.get(None):
-            g.runs.append(
-                {"note": f"{unnamed} of its last commits name no run (made before gold's "
-                         "commits named their runs)"}
-            )  # fmt: skip
-        elif not written:
-            g.runs = [{"note": f"no run in {RUNS.name} of those its last commits name"}]
-    return explained
-
-
-def _run_entry(run: Any, gates: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """A run of `gold.model_runs` with its gate's results for the model."""
-    return {
-        "run_id": run.run_id,
-        "mode": run.mode,
-        "started_at": run.started_at,
-        "rows_written": run.rows_written,
-        "gate": [
-            {k: v for k, v in gate.items() if k not in ("table_name", "run_id")}
-            for gate in gates
-            if gate["run_id"] == run.run_id and gate["table_name"] == run.model
-        ],
-    }
-
-
-def _writing_runs(
-    read: Lake, model: Model, rows: DataFrame, count: int
-) -> Counter[str | None] | str:
-    """The runs that last wrote `rows` (`count` of them), each with how many of those
-    commits name it. The model's change feed gives each row's last commit, read back from
-    the latest version over more versions until every row is found (so that the cost
-    follows the rows' age, not the table's history); a commit names its run in its
-    metadata (`delta.commits_naming`)."""
-    uri = read.settings.storage.table_uri(model.name)
-    latest = delta.latest(read.spark, uri).version
-    span = 8
-    while True:
-        start = max(0, latest - span + 1)
-        try:
-            commits = (
-                read.changes(model.name, start)
-                .where(F.col("_change_type").isin("insert", "update_postimage"))
-                .join(rows.select(*model.key), list(model.key), "left_semi")
-                .groupBy(*model.key)
-                .agg(F.max("_commit_version").alias("version"))
-                .collect()
-            )
-        except Exception as error:  # vacuumed files: Delta says "change data gone" its ways
-            return f"the change feed from version {start} is not readable: {explain(error)}"
-        if len(commits) >= count or start == 0:
-            break
-        span *= 4
-    versions = sorted({c.version for c in commits})
-    named = delta.commit_metadata(read.spark, uri, versions)
-    return Counter(named.get(v) for v in versions)
-
-
-def _gates(read: Lake, run_ids: set[str | None]) -> list[dict[str, Any]]:
-    """Gold's gate results of the runs `run_ids`."""
-    ids = sorted(i for i in run_ids if i is not None)
-    if not ids:
-        return []
-    columns = ("table_name", "run_id", "expectation", "severity", "success",
-               "unexpected_count")  # fmt: skip
-    found = read(GOLD_RESULTS).where(F.col("run_id").isin(ids)).select(*columns)
-    return _rows(found, ("expectation",))

@@ -13,7 +13,7 @@ import random
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -292,6 +292,24 @@ def create_topics(
                 ) from None
 
 
+def _send(producer: Any, record: Any, delivered: Callable[[Any, Any], None]) -> None:
+    """Queue `record`, waiting for room in the producer's buffer when it is full."""
+    while True:
+        try:
+            producer.produce(
+                record.topic,
+                record.value,
+                record.key,
+                record.partition,
+                on_delivery=delivered,
+                headers=list(record.headers),
+            )
+            break
+        except BufferError:
+            producer.poll(0.05)
+    producer.poll(0)
+
+
 def produce(
     spec: TrafficSpec,
     bootstrap: str,
@@ -326,27 +344,14 @@ def produce(
             errors.append(str(error))
 
     report = ProduceReport(by_fault=Counter({f: n for f, n in spec.faults.items() if n}))
-    started = time.monotonic()
+    started = time.monotonic()  # the rate's clock
     with Live("producing") as live:
         for record in generate_traffic(spec):
             if rate:
                 ahead = report.records / rate - (time.monotonic() - started)
                 if ahead > 0:
                     time.sleep(ahead)
-            while True:
-                try:
-                    producer.produce(
-                        record.topic,
-                        record.value,
-                        record.key,
-                        record.partition,
-                        on_delivery=delivered,
-                        headers=list(record.headers),
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            producer.poll(0)
+            _send(producer, record, delivered)
             report.add(record)
             if progress:
                 live.update(f"{report.records:,} records sent")

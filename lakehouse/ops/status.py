@@ -357,6 +357,25 @@ def level_of(age_seconds: float, rule: FreshnessRule) -> Level:
 def lines(found: PipelineStatus, partitions: bool = False) -> list[str]:
     """The status as a person reads it: Kafka lag by topic with the partitions that lag,
     or every partition with `partitions`."""
+    out = [*_stream_lines(found), *_kafka_lines(found, partitions)]
+    out.append("readers behind their inputs:")
+    out += [
+        f"  {r.reader:<24} {r.table:<24} {r.versions_behind:>4} versions, {r.rows_behind:>10,} rows"
+        for r in found.readers
+    ]
+    out.append("freshness (newest data against the clock):")
+    for f in found.freshness:
+        age = (
+            "no data"
+            if f.age_seconds is None
+            else f"{duration(f.age_seconds)} old ({f.column} {f.newest:%Y-%m-%d %H:%M:%S})"
+        )
+        out.append(f"  {f.level.upper():<5} {f.table:<24} {age}")
+    out.append(f"status: {found.level}")
+    return out
+
+
+def _stream_lines(found: PipelineStatus) -> list[str]:
     out = ["streams:"]
     for s in found.streams:
         arrived, processed = s.input_rows_per_second, s.processed_rows_per_second
@@ -379,6 +398,11 @@ def lines(found: PipelineStatus, partitions: bool = False) -> list[str]:
         out.append(
             f"  {stall.level.upper():<5} {stall.stream} stalled: {since}, {stall.waiting} wait"
         )
+    return out
+
+
+def _kafka_lines(found: PipelineStatus, partitions: bool) -> list[str]:
+    out = []
     if found.kafka_error:
         out.append(f"kafka lag: ERROR {found.kafka_error}")
     else:
@@ -402,20 +426,6 @@ def lines(found: PipelineStatus, partitions: bool = False) -> list[str]:
             f"  batch {c['bronze_batch']}: {kafka_changes.describe(c)}"
             for c in found.kafka_changes[:10]
         ]
-    out.append("readers behind their inputs:")
-    out += [
-        f"  {r.reader:<24} {r.table:<24} {r.versions_behind:>4} versions, {r.rows_behind:>10,} rows"
-        for r in found.readers
-    ]
-    out.append("freshness (newest data against the clock):")
-    for f in found.freshness:
-        age = (
-            "no data"
-            if f.age_seconds is None
-            else f"{duration(f.age_seconds)} old ({f.column} {f.newest:%Y-%m-%d %H:%M:%S})"
-        )
-        out.append(f"  {f.level.upper():<5} {f.table:<24} {age}")
-    out.append(f"status: {found.level}")
     return out
 
 

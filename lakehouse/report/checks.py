@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse.core.settings import Settings
@@ -65,23 +65,7 @@ def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str
     if not tables.head(1):
         lines.append("  none yet: run `lakehouse check`")
 
-    streams = (
-        results.where("mode = 'stream'")
-        .groupBy("table_name")
-        .agg(
-            F.countDistinct("run_id", "batch_id").alias("batches"),
-            F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failures"),
-            F.sum(F.coalesce("quarantined", F.lit(0))).alias("quarantined"),
-        )
-    )
-    stream_rows = streams.orderBy("table_name").collect()
-    if stream_rows:
-        lines.append("in-stream validation (all runs):")
-        for r in stream_rows:
-            lines.append(
-                f"  {r.table_name:<28} {r.batches:>6,} batches  {r.failures:>6,} failed "
-                f"expectations  {r.quarantined:>8,} rows quarantined"
-            )
+    lines += _stream_totals(results)
 
     failures = (
         last_check.where("NOT success")
@@ -100,4 +84,27 @@ def summary(spark: SparkSession, settings: Settings, worst: int = 5) -> list[str
         for r in failures:
             count = f"{r.unexpected_count:,} unexpected" if r.unexpected_count is not None else ""
             lines.append(f"  [{r.severity}] {r.table_name}.{r.expectation}  {count}".rstrip())
+    return lines
+
+
+def _stream_totals(results: DataFrame) -> list[str]:
+    """Each table's in-stream validation over every run: batches, failures, quarantined."""
+    streams = (
+        results.where("mode = 'stream'")
+        .groupBy("table_name")
+        .agg(
+            F.countDistinct("run_id", "batch_id").alias("batches"),
+            F.sum(F.when(~F.col("success"), 1).otherwise(0)).alias("failures"),
+            F.sum(F.coalesce("quarantined", F.lit(0))).alias("quarantined"),
+        )
+    )
+    stream_rows = streams.orderBy("table_name").collect()
+    if not stream_rows:
+        return []
+    lines = ["in-stream validation (all runs):"]
+    for r in stream_rows:
+        lines.append(
+            f"  {r.table_name:<28} {r.batches:>6,} batches  {r.failures:>6,} failed "
+            f"expectations  {r.quarantined:>8,} rows quarantined"
+        )
     return lines

@@ -144,36 +144,22 @@ def _kafka(e: Mapping[str, Any]) -> str:
     )  # fmt: skip
 
 
+def _session_table(s: Mapping[str, Any]) -> str:
+    """The session's row of `silver.sessions`, as a one-row table."""
+    cells = {
+        "status": s["status"],
+        "seq": f"{s['first_seq']} .. {s['last_seq']}",
+        **{k: s[k] for k in ("records", "snapshots", "updates", "rejected", "gaps")},
+        "event time": f"{_moment(s['first_event_time'])} .. {_moment(s['last_event_time'])}",
+    }
+    return _table(list(cells), [list(cells.values())])
+
+
 def _silver(e: Mapping[str, Any]) -> str:
     s = e["session_row"]
     parts = ["<h2>silver</h2>"]
     if s:
-        parts.append(
-            _table(
-                [
-                    "status",
-                    "seq",
-                    "records",
-                    "snapshots",
-                    "updates",
-                    "rejected",
-                    "gaps",
-                    "event time",
-                ],
-                [
-                    [
-                        s["status"],
-                        f"{s['first_seq']} .. {s['last_seq']}",
-                        s["records"],
-                        s["snapshots"],
-                        s["updates"],
-                        s["rejected"],
-                        s["gaps"],
-                        f"{_moment(s['first_event_time'])} .. {_moment(s['last_event_time'])}",
-                    ]
-                ],
-            )
-        )
+        parts.append(_session_table(s))
     if e["transitions"] is None:
         parts.append(
             "<p>State transitions were not recorded: silver ran without <code>--trace</code> "

@@ -167,6 +167,47 @@ def render_plots_page(
     return page
 
 
+_ABOUT = {
+    "rates.png": (
+        "Input and processing rate",
+        "rows per second",
+        "Per stream batch: the rate rows arrived since the batch before, and the rate the "
+        "batch processed them; processing below input for long means falling behind.",
+    ),
+    "kafka_lag.png": (
+        "Kafka lag",
+        "offsets behind latest (records)",
+        "At each bronze batch's end: the offsets between where it had read to and the "
+        "latest in Kafka, summed over every topic and partition.",
+    ),
+    "batch_duration.png": (
+        "Batch duration",
+        "seconds",
+        "Per stream batch: its whole trigger, from its start to its commit.",
+    ),
+    "quarantined_rows.png": (
+        "Quarantined rows",
+        "rows (running total)",
+        "Rows each writer's quality gate diverted to its layer's quarantine, added up over "
+        "its batches and runs since progress was first recorded.",
+    ),
+    "violations.png": (
+        "Protocol violations by reason",
+        "violations (running total)",
+        "Records silver rejected, by reason (docs/protocol.md), added up over its batches "
+        "since progress was first recorded.",
+    ),
+    "freshness.png": (
+        "Freshness",
+        "age of the newest data (seconds)",
+        "At each stream batch's end: that end minus the newest Kafka timestamp among the "
+        "records it wrote (silver's: the last record per partition it wrote a row change "
+        "or violation for, found in bronze). Between batches the data ages unseen.",
+    ),
+}
+"""Each plot's title, axis and caption, by its file, in the page's order."""
+
+
 def plots(progress: pd.DataFrame, newest: pd.DataFrame) -> list[Plot]:
     """The page's plots, in its order."""
     rows = _ended(progress)
@@ -185,58 +226,16 @@ def plots(progress: pd.DataFrame, newest: pd.DataFrame) -> list[Plot]:
         quarantining["node"],
         pd.to_numeric(quarantining["quarantined_rows"]).groupby(quarantining["node"]).cumsum(),
     )
-    return [
-        Plot(
-            "rates.png",
-            "Input and processing rate",
-            "rows per second",
-            "Per stream batch: the rate rows arrived since the batch before, and the rate the "
-            "batch processed them; processing below input for long means falling behind.",
-            rates,
-        ),
-        Plot(
-            "kafka_lag.png",
-            "Kafka lag",
-            "offsets behind latest (records)",
-            "At each bronze batch's end: the offsets between where it had read to and the "
-            "latest in Kafka, summed over every topic and partition.",
-            lag,
-        ),
-        Plot(
-            "batch_duration.png",
-            "Batch duration",
-            "seconds",
-            "Per stream batch: its whole trigger, from its start to its commit.",
-            _points(streams, seconds, streams["node"]),
-        ),
-        Plot(
-            "quarantined_rows.png",
-            "Quarantined rows",
-            "rows (running total)",
-            "Rows each writer's quality gate diverted to its layer's quarantine, added up over "
-            "its batches and runs since progress was first recorded.",
-            quarantined,
-            steps=True,
-        ),
-        Plot(
-            "violations.png",
-            "Protocol violations by reason",
-            "violations (running total)",
-            "Records silver rejected, by reason (docs/protocol.md), added up over its batches "
-            "since progress was first recorded.",
-            _violations(rows),
-            steps=True,
-        ),
-        Plot(
-            "freshness.png",
-            "Freshness",
-            "age of the newest data (seconds)",
-            "At each stream batch's end: that end minus the newest Kafka timestamp among the "
-            "records it wrote (silver's: the last record per partition it wrote a row change "
-            "or violation for, found in bronze). Between batches the data ages unseen.",
-            freshness(progress, newest),
-        ),
-    ]
+    frames = {
+        "rates.png": rates,
+        "kafka_lag.png": lag,
+        "batch_duration.png": _points(streams, seconds, streams["node"]),
+        "quarantined_rows.png": quarantined,
+        "violations.png": _violations(rows),
+        "freshness.png": freshness(progress, newest),
+    }
+    running = ("quarantined_rows.png", "violations.png")
+    return [Plot(f, *_ABOUT[f], frame, steps=f in running) for f, frame in frames.items()]
 
 
 def freshness(progress: pd.DataFrame, newest: pd.DataFrame) -> pd.DataFrame:

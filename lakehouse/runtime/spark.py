@@ -66,6 +66,33 @@ def build_spark(
     spark_settings = settings.spark
     app = app_name or spark_settings.app_name
     log = log_file(settings, app)
+    conf = spark_conf(settings, log, extra)
+    master = spark_settings.master
+    if master == EMBEDDED:
+        master, executor_python = embedded_cluster(settings)
+        conf["spark.pyspark.python"] = executor_python
+    conf.update({"spark.master": master, "spark.app.name": app})
+    # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
+    # the worker interpreter from the driver's environment, not from spark.* settings. A
+    # cluster target names its executors' interpreter with spark.pyspark.python.
+    python = conf.get("spark.pyspark.python") or WORKER_PYTHON
+    os.environ["PYSPARK_PYTHON"] = python
+    start_jvm(conf, log)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(spark_settings.log_level)
+    if not master.startswith("local"):
+        # Executors get the project as a real cluster's would: shipped by the driver.
+        spark.sparkContext.addPyFile(str(project_zip()))
+    return spark
+
+
+def spark_conf(settings: Settings, log: Path, extra: dict[str, str] | None) -> dict[str, str]:
+    """The session's spark.* settings: the project's, then the catalog's, S3's, the
+    target's (`spark.conf`) and the command's `extra`, later ones winning."""
+    spark_settings = settings.spark
     conf = {
         "spark.jars": ",".join(str(j) for j in (*jars.jars("spark"), jars.sql_extension())),
         "spark.driver.memory": spark_settings.driver_memory,
@@ -112,26 +139,7 @@ def build_spark(
             elif key == DRIVER_JAVA_OPTIONS and key in conf:
                 value = f"{conf[key]} {value}"
             conf[key] = value
-    master = spark_settings.master
-    if master == EMBEDDED:
-        master, executor_python = embedded_cluster(settings)
-        conf["spark.pyspark.python"] = executor_python
-    conf.update({"spark.master": master, "spark.app.name": app})
-    # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
-    # the worker interpreter from the driver's environment, not from spark.* settings. A
-    # cluster target names its executors' interpreter with spark.pyspark.python.
-    python = conf.get("spark.pyspark.python") or WORKER_PYTHON
-    os.environ["PYSPARK_PYTHON"] = python
-    start_jvm(conf, log)
-    builder = SparkSession.builder
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(spark_settings.log_level)
-    if not master.startswith("local"):
-        # Executors get the project as a real cluster's would: shipped by the driver.
-        spark.sparkContext.addPyFile(str(project_zip()))
-    return spark
+    return conf
 
 
 def log_file(settings: Settings, app: str) -> Path:

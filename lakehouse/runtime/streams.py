@@ -101,63 +101,33 @@ def run_foreach_batch(
     end of the input (`availableNow`) when `trigger_interval` is None, else every interval
     until stopped. `unlimited` makes the same query without the source's read limits,
     which a new checkpoint runs first, to the end of its input: its first batch takes all
-    there is. Each is made only when it runs: planning a query costs the driver up to a
-    second, and a new checkpoint run to the end of its input never needs `frame`'s.
+    there is. Each is made only when it runs (planning costs the driver up to a second).
     `progress_to`: (node, progress table URI) that records each batch's progress. `stop`:
     set, the query stops after its running batch (default: on SIGINT or SIGTERM).
     `written`: the tables `write` writes under the batch's `Txn`, prepared for the first
     batch's writes while the query starts (`delta.prepare_writes`: the driver mostly
-    waits then, on the source's offsets and the planning), and for the next batch's once
-    a batch is written, where a trigger interval leaves a pause to do it in: to the end
-    of the input, batches follow each other at once and the last one's would be work for
-    nothing. `setup`: what the first batch's writes need and the query's planning does not
-    (the tables `write` writes), done once, while the query starts: the first batch waits
-    for it; a failure stops the query and is raised."""
-    query_id: list[str] = []
-    started = threading.Event()
-
-    def write_batch(batch: DataFrame, batch_id: int) -> None:
-        started.wait()  # the query id is known only once start() has returned
-        try:
-            write(batch, Txn(query_id[0], batch_id))
-            if written and trigger_interval is not None:
-                delta.prepare_writes(spark, written)
-        except LakehouseError:
-            raise
-        except Exception as error:
-            # Explained here, where the JVM's exception is at hand: Spark passes a batch's
-            # failure on as the text of its Python traceback.
-            kind = Unavailable if transient(error) else Explained
-            raise kind(explain(error, checkpoint)) from error
-
+    waits then, on the source's offsets and the planning), and for the next batch's as
+    `_BatchWrites` says. `setup`: what the first batch's writes need and the query's
+    planning does not (the tables `write` writes), done once, while the query starts: the
+    first batch waits for it; a failure stops the query and is raised."""
+    next_writes = () if trigger_interval is None else written
+    batches = _BatchWrites(spark, write, checkpoint, next_writes, setup)
     stats = RunStats()
 
     def run(source: Callable[[], DataFrame] = frame, **trigger: Any) -> RunStats:
-        nonlocal setup
         writer = (
             source()
             .writeStream.queryName(name)
-            .foreachBatch(write_batch)
+            .foreachBatch(batches)
             .option("checkpointLocation", checkpoint)
             .trigger(**trigger)
         )
         query = _start_in_its_format(spark, writer, name, checkpoint)
-        query_id[:] = [str(query.id)]  # the checkpoint's: the same on every start
-        # The query plans its first batch (Delta's offsets, the plan: seconds) on its own
-        # thread; the driver's round trips of the setup overlap them.
-        if setup is not None:
-            try:
-                setup()
-            except BaseException:
-                query.stop()
-                raise
-            setup = None  # once: a new checkpoint's second query finds it done
-        if written:
-            delta.prepare_writes(spark, written)
+        batches.begin(query, written)
         recording = None
         if progress_to is not None:
-            recording = progress.StreamRecording(spark, *progress_to, query_id[0])
-        started.set()
+            recording = progress.StreamRecording(spark, *progress_to, batches.query_id)
+        batches.started.set()
         trace = spark.conf.get(TRACE_FILE, None)
         return await_query(query, name, checkpoint, trace, stats, recording, stop)
 
@@ -172,6 +142,56 @@ def run_foreach_batch(
     if trigger_interval is None:
         return run(availableNow=True)
     return run(processingTime=trigger_interval)
+
+
+class _BatchWrites:
+    """`foreachBatch`'s function: `write` under the batch's `Txn`, a failure explained.
+    Once a batch is written, the tables of `prepare_next` are prepared for the next
+    batch's writes, where a trigger interval leaves a pause to do it in: to the end of the
+    input, batches follow each other at once and the last one's would be work for nothing."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        write: Callable[[DataFrame, Txn], None],
+        checkpoint: str,
+        prepare_next: Sequence[str],
+        setup: Callable[[], None] | None,
+    ) -> None:
+        self.spark, self.write, self.checkpoint = spark, write, checkpoint
+        self.prepare_next, self.setup = prepare_next, setup
+        self.query_id = ""
+        self.started = threading.Event()
+        """Set once the query has started: its id is known only once start() returned."""
+
+    def begin(self, query: StreamingQuery, written: Sequence[str]) -> None:
+        """The query has started: its id is known, the setup done (once) and the first
+        batch's writes prepared, while the query plans its first batch on its own thread
+        (Delta's offsets, the plan: seconds). A setup that fails stops the query."""
+        self.query_id = str(query.id)  # the checkpoint's: the same on every start
+        if self.setup is not None:
+            try:
+                self.setup()
+            except BaseException:
+                query.stop()
+                raise
+            self.setup = None  # once: a new checkpoint's second query finds it done
+        if written:
+            delta.prepare_writes(self.spark, written)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.started.wait()
+        try:
+            self.write(batch, Txn(self.query_id, batch_id))
+            if self.prepare_next:
+                delta.prepare_writes(self.spark, self.prepare_next)
+        except LakehouseError:
+            raise
+        except Exception as error:
+            # Explained here, where the JVM's exception is at hand: Spark passes a batch's
+            # failure on as the text of its Python traceback.
+            kind = Unavailable if transient(error) else Explained
+            raise kind(explain(error, self.checkpoint)) from error
 
 
 def _start_in_its_format(
@@ -248,6 +268,34 @@ class RunStats:
     """A stop was asked for (SIGINT/SIGTERM) while the query ran."""
 
 
+def _count_batches(
+    query: StreamingQuery,
+    label: str,
+    seen_batch: int,
+    stats: RunStats,
+    recording: progress.StreamRecording | None,
+) -> int:
+    """Add each batch that ended after `seen_batch` to `stats`, with a line; the last one
+    seen back."""
+    for done in query.recentProgress:
+        if done["batchId"] > seen_batch and done["numInputRows"] > 0:
+            seen_batch = done["batchId"]
+            # Spark counts the source's rows once per plan that read them; the recorded
+            # row has the job's own count where it has one.
+            counted = done["numInputRows"]
+            rows = counted
+            if recording is not None:
+                rows = recording.input_rows(seen_batch, counted)
+            rate = done.get("processedRowsPerSecond", 0) * rows / counted
+            stats.batches += 1
+            stats.input_rows += rows
+            echo(
+                f"{label}: batch {seen_batch} wrote {rows:,} rows ({rate:,.0f}/s), "
+                f"{stats.input_rows:,} this run"
+            )
+    return seen_batch
+
+
 @contextmanager
 def stopping_on_signals(label: str) -> Iterator[threading.Event]:
     """An event SIGINT and SIGTERM set while the block runs (in the main thread), instead
@@ -279,36 +327,14 @@ def await_query(
     """Wait for the query to end, printing each batch; `stop` set (by default, SIGINT or
     SIGTERM) stops it cleanly. `stats` of an earlier query of the same run are added to;
     `recording` keeps each batch's progress as it goes, and what is left once the query
-    ended.
-
-    A clean stop waits for the running batch to commit, so a restart redoes at most a
-    batch that had just begun (within the second this loop polls).
-    """
+    ended. A clean stop waits for the running batch to commit, so a restart redoes at most
+    a batch that had just begun (within the second this loop polls)."""
     if stop is None:
         with stopping_on_signals(label) as stop:
             return await_query(query, label, checkpoint, trace_file, stats, recording, stop)
     stats = RunStats() if stats is None else stats
     seen_batch, started = -1, time.monotonic()
     finished_before_stop: int | None = None
-
-    def count_new_batches() -> None:
-        nonlocal seen_batch
-        for done in query.recentProgress:
-            if done["batchId"] > seen_batch and done["numInputRows"] > 0:
-                seen_batch = done["batchId"]
-                # Spark counts the source's rows once per plan that read them; the
-                # recorded row has the job's own count where it has one.
-                counted = done["numInputRows"]
-                rows = counted
-                if recording is not None:
-                    rows = recording.input_rows(seen_batch, counted)
-                rate = done.get("processedRowsPerSecond", 0) * rows / counted
-                stats.batches += 1
-                stats.input_rows += rows
-                echo(
-                    f"{label}: batch {seen_batch} wrote {rows:,} rows ({rate:,.0f}/s), "
-                    f"{stats.input_rows:,} this run"
-                )
 
     # A live line on a terminal while batches run (and while one is awaited).
     with Live(label) as live:
@@ -328,7 +354,7 @@ def await_query(
                         query.stop()
                         break
                 query.awaitTermination(1)
-                count_new_batches()
+                seen_batch = _count_batches(query, label, seen_batch, stats, recording)
                 live.update(
                     f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run"
                 )
@@ -336,7 +362,7 @@ def await_query(
                     _flush(recording, label)
             query.awaitTermination()
             # The last batches may end while the loop above records the ones before them.
-            count_new_batches()
+            _count_batches(query, label, seen_batch, stats, recording)
         except StreamingQueryException as error:
             where = f" (whole trace in {trace_file})" if trace_file else ""
             kind = Unavailable if transient(error) else LakehouseError

@@ -91,42 +91,48 @@ class EmbeddedCluster:
             (self.home / "master-url").write_text(url)
             (self.home / "master-ui").write_text(str(ui_port))
         for n in range(1, self.workers + 1):
-            pid_file = self.home / f"worker-{n}.pid"
-            if process.running_pid(pid_file) is not None:
-                continue
-            work_dir = self.home / f"worker-{n}"
-            work_dir.mkdir(exist_ok=True)
             worker_port, worker_ui = worker_ports[2 * (n - 1) : 2 * n]
-            process.launch(
-                f"Spark worker {n}",
-                _spark_class(
-                    "org.apache.spark.deploy.worker.Worker",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(worker_port),
-                    "--webui-port",
-                    str(worker_ui),
-                    "--cores",
-                    str(self.cores_per_worker),
-                    "--memory",
-                    self.memory_per_worker,
-                    "--work-dir",
-                    str(work_dir),
-                    url,
-                ),
-                pid_file,
-                self.home / f"worker-{n}.log",
-                lambda: True,
-                timeout_s,
-                _env(),
-            )
+            self._start_worker(n, url, worker_port, worker_ui, timeout_s)
         process.wait_until(
             lambda: (self._alive_workers(ui_port) or 0) >= self.workers,
             timeout_s,
             f"Spark cluster: {self.workers} workers did not register; see {self.home}/*.log",
         )
         return url
+
+    def _start_worker(
+        self, n: int, url: str, worker_port: int, worker_ui: int, timeout_s: float
+    ) -> None:
+        """Start worker `n` of the master at `url` unless it runs."""
+        pid_file = self.home / f"worker-{n}.pid"
+        if process.running_pid(pid_file) is not None:
+            return
+        work_dir = self.home / f"worker-{n}"
+        work_dir.mkdir(exist_ok=True)
+        process.launch(
+            f"Spark worker {n}",
+            _spark_class(
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(worker_port),
+                "--webui-port",
+                str(worker_ui),
+                "--cores",
+                str(self.cores_per_worker),
+                "--memory",
+                self.memory_per_worker,
+                "--work-dir",
+                str(work_dir),
+                url,
+            ),
+            pid_file,
+            self.home / f"worker-{n}.log",
+            lambda: True,
+            timeout_s,
+            _env(),
+        )
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop the workers and the master; False if the master was not running."""
