@@ -184,17 +184,9 @@ class SessionMachine:
         expected = 0 if state.last_seq is None else state.last_seq + 1
         first = min(state.pending)
         state.gaps += 1
+        detail = f"seq {expected}..{first - 1} missing after waiting for {self.window} records"
         out.violations.append(
-            Violation(
-                state.session_id,
-                state.sensor_id,
-                Reason.GAP,
-                f"seq {expected}..{first - 1} missing after waiting for {self.window} records",
-                expected,
-                first,
-                state.pending[first].lineage,
-                state.pending[first].raw,
-            )
+            Violation.of(state, state.pending[first], Reason.GAP, detail, expected)
         )
         self._apply(state, state.pending.pop(first), out)
         self._drain(state, out)
@@ -210,18 +202,7 @@ class SessionMachine:
         breaks: bool = True,
     ) -> str:
         state.rejected += 1
-        out.violations.append(
-            Violation(
-                state.session_id,
-                state.sensor_id or record.sensor_id,
-                reason,
-                detail,
-                expected,
-                record.seq,
-                record.lineage,
-                record.raw,
-            )
-        )
+        out.violations.append(Violation.of(state, record, reason, detail, expected))
         lenient = self.mode is not Mode.STRICT or reason is Reason.AFTER_END
         if not breaks or lenient:
             return f"reject:{reason}"

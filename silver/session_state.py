@@ -291,6 +291,23 @@ class Violation:
     lineage: Lineage
     raw: bytes | None
 
+    @classmethod
+    def of(
+        cls, state: SessionState, record: Record, reason: Reason, detail: str, expected: int | None
+    ) -> Violation:
+        """`record` rejected (or found after a gap) in `state`'s session: the session's
+        sensor, or the record's where the session has not named one yet."""
+        return cls(
+            state.session_id,
+            state.sensor_id or record.sensor_id,
+            reason,
+            detail,
+            expected,
+            record.seq,
+            record.lineage,
+            record.raw,
+        )
+
 
 @dataclass(frozen=True)
 class Transition:

@@ -60,7 +60,9 @@ def _gold_rows(
         inputs = [found[name] if name in found else read(name).where(mine) for name in model.reads]
         keys = model.changed_keys(*inputs).select(*model.key).distinct()
         found[model.name] = read(model.name).join(keys, list(model.key), "left_semi").cache()
-        explained.append(GoldRows(model.name, list(model.key), rows_of(found[model.name], model.key)))
+        explained.append(
+            GoldRows(model.name, list(model.key), rows_of(found[model.name], model.key))
+        )
     fed = [(g, m) for g, m in zip(explained, MODELS, strict=True) if g.rows]
     calls: list[Callable[[], Any]] = [lambda: read(RUNS.name).collect()]
     calls += [partial(_writing_runs, read, m, found[m.name], len(g.rows)) for g, m in fed]

@@ -10,7 +10,6 @@ reports it over whole tables.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import reduce
@@ -39,6 +38,7 @@ from lakehouse.quality.store import (
     new_run_id,
     quarantine_frame,
     quarantine_table,
+    quarantined,
     results_frame,
     results_table,
 )
@@ -73,7 +73,6 @@ def judge(
     validator: Validator,
     frame: DataFrame,
     table: str,
-    batch_id: int | None,
     views: Mapping[str, str] | None = None,
 ) -> Verdict:
     """Validate `frame` (persisted by the caller) against the table's suite and apply the
@@ -102,7 +101,7 @@ def judge(
         else:
             offending = offending_rows(frame, check, bound)
             rows = offending.count()
-            diverted.append(quarantine_frame(offending, table, check, batch_id))
+            diverted.append(quarantine_frame(offending, table, check))
             kept = without_rows(kept, offending, suite.row_key)
             final.append(replace(outcome, quarantined=rows))
     return Verdict(kept, final, diverted)
@@ -165,7 +164,7 @@ class BatchGate:
         if counts is not None and all(counts[c.name] == 0 or c.severity == "warn" for c in checks):
             self.outcomes[table] = [counted_outcome(c, counts) for c in checks]
             return frame
-        verdict = judge(self.validator, frame, table, self.txn.version)
+        verdict = judge(self.validator, frame, table)
         self.outcomes[table] = verdict.outcomes
         self.quarantined += verdict.quarantined
         return verdict.kept
@@ -212,7 +211,7 @@ class BatchGate:
             outcome = counted_outcome(check, counts)
             if outcome.unexpected_count and check.severity == "quarantine":
                 offending = frame.where(condition)
-                self.quarantined.append(quarantine_frame(offending, table, check, self.txn.version))
+                self.quarantined.append(quarantine_frame(offending, table, check))
                 outcome = replace(outcome, quarantined=outcome.unexpected_count)
             self.outcomes[table].append(outcome)
         self.commit()
@@ -295,7 +294,7 @@ class BatchGate:
         """Append the quarantined rows; a rebuild replaces those of before with them."""
         diverted = self.storage.table_uri(quarantine_table(self.layer).name)
         if self.quarantined:
-            rows = reduce(DataFrame.unionByName, self.quarantined)
+            rows = quarantined(self.quarantined, self.txn.version)
             (delta.replace if rebuild else delta.append)(rows, diverted, self.txn)
         elif rebuild and catalog.is_delta(spark, diverted) and delta.latest(spark, diverted).files:
             delta.replace(spark.read.format("delta").load(diverted).limit(0), diverted, self.txn)
@@ -337,26 +336,20 @@ class WriteGate:
     storage: StorageSettings
     layer: str
     run_id: str
-    _judging: threading.Lock = field(default_factory=threading.Lock)
-    """Models of a wave run at once, and Great Expectations' context is not thread-safe:
-    its one Spark data source would validate one model's suite on another's rows."""
     _made: bool = False
     """The results and quarantine tables exist: made by the first record, so that a walk
     whose models all find their inputs unchanged opens neither."""
-    _making: threading.Lock = field(default_factory=threading.Lock)
 
     def _make_tables(self, spark: SparkSession) -> None:
-        with self._making:  # two models of a wave may record at once
-            if not self._made:
-                create_tables(spark, self.storage, self.layer, [self.layer])
-                self._made = True
+        if not self._made:
+            create_tables(spark, self.storage, self.layer, [self.layer])
+            self._made = True
 
     def judge(self, frame: DataFrame, table: str, views: Mapping[str, str]) -> Verdict:
         """The verdict on `frame` (persisted by the caller); raise if a `fail` failed."""
         if table not in self.validator.suites:
             return Verdict(frame, [], [])
-        with self._judging:
-            verdict = judge(self.validator, frame, table, None, views)
+        verdict = judge(self.validator, frame, table, views)
         if verdict.failed:
             self.record(frame.sparkSession, table, verdict)
             suite = self.validator.suites[table].path
@@ -398,7 +391,7 @@ class WriteGate:
         )
         delta.append(found, self.storage.table_uri(results_table(self.layer).name))
         if verdict.quarantined:
-            rows = reduce(DataFrame.unionByName, verdict.quarantined)
+            rows = quarantined(verdict.quarantined, None)
             delta.append(rows, self.storage.table_uri(quarantine_table(self.layer).name))
 
 

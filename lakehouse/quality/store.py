@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -131,10 +132,9 @@ def create_tables(
         catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
 
 
-def quarantine_frame(
-    offending: DataFrame, table: str, check: Check, batch_id: int | None
-) -> DataFrame:
-    """`offending` in the columns of the quarantine table, as caught by `check`."""
+def quarantine_frame(offending: DataFrame, table: str, check: Check) -> DataFrame:
+    """`offending` in the columns of the quarantine table as caught by `check`, but for
+    the batch's own values, which `quarantined` adds."""
     lineage = [
         F.col(c) if c in offending.columns else F.lit(None).cast(t).alias(c)
         for c, t in (("topic", "string"), ("partition", "int"), ("offset", "bigint"))
@@ -144,9 +144,20 @@ def quarantine_frame(
         F.lit(check.name).alias("expectation"),
         F.to_json(F.struct(*offending.columns)).alias("row_json"),
         *lineage,
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
-        F.current_timestamp().alias("quarantined_at"),
     )
+
+
+def quarantined(caught: Sequence[DataFrame], batch_id: int | None) -> DataFrame:
+    """The rows `quarantine_frame` made of a batch, as the quarantine table holds them.
+
+    The batch's id and instant come in as a one-row frame, not as literals: a literal is
+    compiled into the batch's generated code, which the next batch could not reuse.
+    """
+    rows = reduce(DataFrame.unionByName, caught)
+    stamp = rows.sparkSession.createDataFrame(
+        [(batch_id, datetime.now(UTC))], "batch_id BIGINT, quarantined_at TIMESTAMP"
+    )
+    return rows.crossJoin(stamp)
 
 
 def results_frame(

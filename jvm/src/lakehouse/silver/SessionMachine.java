@@ -106,7 +106,18 @@ public final class SessionMachine implements Serializable {
   /** One rejected record and why. */
   public record Violation(
       String sessionId, String sensorId, String reason, String detail, Long expectedSeq,
-      Long foundSeq, Lineage lineage, byte[] raw) implements Serializable {}
+      Long foundSeq, Lineage lineage, byte[] raw) implements Serializable {
+    /**
+     * {@code record} rejected (or found after a gap) in {@code state}'s session: the session's
+     * sensor, or the record's where the session has not named one yet.
+     */
+    static Violation of(SessionState state, Record record, String reason, String detail,
+        Long expected) {
+      String sensor = state.sensorId != null ? state.sensorId : record.sensorId;
+      return new Violation(state.sessionId, sensor, reason, detail, expected, record.seq,
+          record.lineage, record.raw);
+    }
+  }
 
   /** Trace: the session before and after one record. */
   public record Transition(
@@ -368,11 +379,9 @@ public final class SessionMachine implements Serializable {
     long first = state.pending.firstKey();
     Record waiting = state.pending.get(first);
     state.gaps++;
-    out.violations.add(
-        new Violation(state.sessionId, state.sensorId, GAP,
-            "seq " + expected + ".." + (first - 1) + " missing after waiting for " + window
-                + " records",
-            expected, first, waiting.lineage, waiting.raw));
+    String detail =
+        "seq " + expected + ".." + (first - 1) + " missing after waiting for " + window + " records";
+    out.violations.add(Violation.of(state, waiting, GAP, detail, expected));
     apply(state, state.pending.remove(first), out, "apply");
     drain(state, out);
   }
@@ -380,9 +389,7 @@ public final class SessionMachine implements Serializable {
   private String reject(SessionState state, Record record, Output out, String reason,
       String detail, Long expected, boolean breaks) {
     state.rejected++;
-    out.violations.add(
-        new Violation(state.sessionId, state.sensorId != null ? state.sensorId : record.sensorId,
-            reason, detail, expected, record.seq, record.lineage, record.raw));
+    out.violations.add(Violation.of(state, record, reason, detail, expected));
     boolean lenient = mode != Mode.STRICT || reason.equals(AFTER_END);
     if (!breaks || lenient) return "reject:" + reason;
     if (policy == Policy.FAIL) {
