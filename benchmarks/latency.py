@@ -262,7 +262,13 @@ def report(
             f"Kafka timestamp -> {label:<14} p50 {p50:6.1f}s  p95 {p95:6.1f}s  "
             f"max {worst:6.1f}s  ({count:,} records)"
         )
-    for node in ("bronze", "silver"):  # what the batches were like, from ops.progress
+    print_batches(spark, uri, measured_from)
+    return silver_s[2]
+
+
+def print_batches(spark: SparkSession, uri: Callable[[str], str], measured_from: datetime) -> None:
+    """What the streams' batches were like since `measured_from`, from ops.progress."""
+    for node in ("bronze", "silver"):
         batches = (
             spark.read.format("delta")
             .load(uri(f"ops.{node}_progress"))
@@ -281,7 +287,6 @@ def report(
             f"{node} batches: {n}, {rows or 0:,.0f} records each on average, "
             f"p50 {(p50_ms or 0) / 1000:.1f}s, max {(max_ms or 0) / 1000:.1f}s"
         )
-    return silver_s[2]
 
 
 def seconds_between(rows: DataFrame, end_micros: Column) -> tuple[int, float, float, float]:

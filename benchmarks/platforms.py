@@ -21,6 +21,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -43,6 +44,32 @@ CLUSTER_CONF = {
 }
 
 
+def disk_settings(root: Path, bootstrap: str, name: str) -> Settings:
+    return run_settings(root / name, bootstrap, spark__master="local[2]")
+
+
+def s3_settings(root: Path, bootstrap: str, endpoint: str, name: str) -> Settings:
+    return run_settings(
+        root / name,
+        bootstrap,
+        spark__master="local[2]",
+        storage__root=f"s3a://bench/{name}",
+        s3__endpoint=endpoint,
+        s3__access_key=KEYS[0],
+        s3__secret_key=KEYS[1],
+    )
+
+
+def cluster_settings(root: Path, bootstrap: str, name: str) -> Settings:
+    return run_settings(
+        root / name,
+        bootstrap,
+        spark__master="embedded",
+        spark__conf=json.dumps(CLUSTER_CONF),
+        storage__local_state=str(root / "state"),
+    )
+
+
 def main() -> None:
     args = traffic_parser(__doc__, sessions=20, updates=300).parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-platforms-") as tmp:
@@ -56,29 +83,9 @@ def main() -> None:
                 echo(f"producing {args.sensors * args.sessions * (args.updates + 2):,} records")
                 records = produce(spec, bootstrap, progress=True).records
 
-                def on_disk(name: str) -> Settings:
-                    return run_settings(root / name, bootstrap, spark__master="local[2]")
-
-                def on_s3(name: str) -> Settings:
-                    return run_settings(
-                        root / name,
-                        bootstrap,
-                        spark__master="local[2]",
-                        storage__root=f"s3a://bench/{name}",
-                        s3__endpoint=endpoint,
-                        s3__access_key=KEYS[0],
-                        s3__secret_key=KEYS[1],
-                    )
-
-                def on_cluster(name: str) -> Settings:
-                    return run_settings(
-                        root / name,
-                        bootstrap,
-                        spark__master="embedded",
-                        spark__conf=json.dumps(CLUSTER_CONF),
-                        storage__local_state=str(root / "state"),
-                    )
-
+                on_disk = partial(disk_settings, root, bootstrap)
+                on_s3 = partial(s3_settings, root, bootstrap, endpoint)
+                on_cluster = partial(cluster_settings, root, bootstrap)
                 echo("storage: local disk against S3, in one application ...")
                 spark = build_spark(on_s3("warm-up-s3"), app_name="bench-platforms")
                 layers(spark, on_disk("warm-up-disk"), records)  # untimed: JIT, page cache

@@ -34,7 +34,6 @@ and a probe of the two Python state APIs doing the same per-session work.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from collections.abc import Iterator
@@ -48,6 +47,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from benchmarks import state_apis
 from benchmarks.common import PeakMemory, run_settings, traffic_parser, traffic_spec
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
@@ -388,7 +388,7 @@ def time_silver_writes(spark: SparkSession, finished: Path, root: Path) -> float
     delta.create_all(spark, {uri[spec.name]: spec for spec in reconstruct.SILVER_TABLES})
     started = time.perf_counter()
     for batch, latest, txn in batches:
-        rebuild = txn.version == 0
+        rebuild = txn.rebuilds
         delta.side_by_side(
             [
                 partial(
@@ -406,59 +406,13 @@ def time_silver_writes(spark: SparkSession, finished: Path, root: Path) -> float
 
 def probe_apis(spark: SparkSession, settings: Settings, root: Path, total: int) -> None:
     """The state silver keeps (a session's live row ids, and a count), kept by both Python
-    state APIs: one JSON value per session, or a value state and a map state."""
-    from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
+    state APIs (`benchmarks.state_apis`)."""
     # one row per row id a record carries, as the probe was first run
     parsed = keyed(spark, settings).select(
         "session_id", F.explode_outer("items.row_id").alias("row_id")
     )
-
-    def with_state(
-        key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
-    ) -> Iterator[pd.DataFrame]:
-        ids = set(json.loads(state.get[0])) if state.exists else set()
-        for chunk in chunks:
-            ids.update(chunk["row_id"].dropna())
-        state.update((json.dumps(list(ids)),))
-        yield pd.DataFrame({"session_id": [key[0]], "rows": [len(ids)]})
-
-    class Processor(StatefulProcessor):
-        def init(self, handle: StatefulProcessorHandle) -> None:
-            self.count = handle.getValueState("count", "rows BIGINT")
-            self.ids = handle.getMapState("ids", "row_id STRING", "live BOOLEAN")
-
-        def handleInputRows(
-            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-        ) -> Iterator[pd.DataFrame]:
-            count = self.count.get()[0] if self.count.exists() else 0
-            for chunk in rows:
-                for row_id in chunk["row_id"].dropna().unique():
-                    if not self.ids.containsKey((row_id,)):
-                        self.ids.updateValue((row_id,), (True,))
-                        count += 1
-            self.count.update((count,))
-            yield pd.DataFrame({"session_id": [key[0]], "rows": [count]})
-
-        def close(self) -> None:
-            pass
-
-    grouped = parsed.groupBy("session_id")
-    variants = {
-        "applyInPandasWithState": grouped.applyInPandasWithState(
-            with_state,
-            "session_id STRING, rows BIGINT",
-            "body STRING",
-            "append",
-            GroupStateTimeout.NoTimeout,
-        ),
-        "transformWithStateInPandas": grouped.transformWithStateInPandas(
-            Processor(), "session_id STRING, rows BIGINT", "Append", "None"
-        ),
-    }
     print("\nstate API probe (a session's live row ids in state, noop sink):")
-    for name, frame in variants.items():
+    for name, frame in state_apis.variants(parsed).items():
         try:
             seconds = time_to_noop(frame, root / name)
         except Exception as error:  # report, do not hide, an API that fails here

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
@@ -106,7 +107,7 @@ def to_sensor_records(
 ) -> DataFrame:
     """One row per Kafka record: Kafka's columns as served, plus when and in which batch;
     the topic of a re-created one named with its incarnation (`kafka_changes`)."""
-    return kafka_records.select(
+    records = kafka_records.select(
         topics.lineage_topic().alias("topic"),
         "partition",
         "offset",
@@ -115,9 +116,9 @@ def to_sensor_records(
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("timestampType").alias("kafka_timestamp_type"),
         "headers",
-        F.current_timestamp().alias("ingested_at"),
-        F.lit(batch_id).cast("bigint").alias("batch_id"),
     )
+    stamp = "ingested_at TIMESTAMP NOT NULL, batch_id BIGINT NOT NULL"
+    return delta.stamped(records, stamp, datetime.now(UTC), batch_id)
 
 
 PROGRESS = progress.progress_table("bronze").name

@@ -125,7 +125,7 @@ def graph(settings: Settings) -> Graph:
 def manifest(settings: Settings, pipeline: Graph) -> dict[str, Any]:
     """`manifest.json`: every node with what it depends on, reads and writes; every
     table with its grain, columns (documented) and suite."""
-    suites = {s.table: s for s in load_suites(settings.quality.suites_dir)}
+    suites = {n.runs.table: n.runs for n in pipeline.nodes if isinstance(n.runs, Suite)}
     return {
         "nodes": {
             n.name: {

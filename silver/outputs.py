@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.core.tables import Column, TableSpec, columns_of
+from lakehouse.storage import delta
 from silver import row_changes, sessions, state_transitions, violations
 
 OUTPUT_TABLES = (row_changes.TABLE, violations.TABLE, state_transitions.TABLE, sessions.TABLE)
@@ -141,8 +142,18 @@ def _column(values: Any, length: int, dtype: str) -> Any:
     return np.full(length, values, dtype=object)
 
 
-def select(outputs: DataFrame, spec: TableSpec, batch_id: int) -> DataFrame:
-    """The rows of `spec`'s table among the outputs, in its columns and types."""
+BATCH_ID = "batch_id"
+"""The column the writer adds to a batch's outputs (`stamped`): its id, which each table's
+batch column takes."""
+
+
+def stamped(outputs: DataFrame, batch_id: int) -> DataFrame:
+    """A batch's outputs with its id as data (`delta.stamped`), for `select` to take."""
+    return delta.stamped(outputs, f"{BATCH_ID} BIGINT NOT NULL", batch_id)
+
+
+def select(outputs: DataFrame, spec: TableSpec) -> DataFrame:
+    """The rows of `spec`'s table among the `stamped` outputs, in its columns and types."""
     carried = {c.name: OTHERS[c.name] for c in columns_of(spec.columns) if c.name in OTHERS}
     other = F.from_json(
         OTHER, ", ".join(f"`{n}` {'STRING' if t == 'BINARY' else t}" for n, t in carried.items())
@@ -150,7 +161,7 @@ def select(outputs: DataFrame, spec: TableSpec, batch_id: int) -> DataFrame:
 
     def column(c: Column) -> SparkColumn:
         if _written_by_the_writer(c):
-            return F.lit(batch_id).cast("bigint").alias(c.name)
+            return F.col(BATCH_ID).alias(c.name)
         value = F.col(c.name) if c.name in SHAPE else other[c.name]
         if c.type == "TIMESTAMP":
             return F.timestamp_micros(value).alias(c.name)

@@ -135,7 +135,7 @@ class SilverWriter:
         # silver's tables (a new checkpoint, by --full-refresh or a lost one).
         rebuild = txn.rebuilds
         # Every table and every expectation reads the same outputs: computed once.
-        batch.persist()
+        batch = outputs.stamped(batch, txn.version).persist()
         try:
             counted = tally(batch)
             self.recorder.note(txn, violations=counted.by_reason)
@@ -175,7 +175,7 @@ class SilverWriter:
             )
         gate = self.gate_for(txn)
         selected = {
-            spec.name: outputs.select(batch, spec, txn.version)
+            spec.name: outputs.select(batch, spec)
             for spec in (row_changes.TABLE, sessions.TABLE, violations.TABLE)
             if spec.name in written
         }
@@ -208,7 +208,7 @@ class SilverWriter:
     ) -> None:
         rows = admitted.get(spec.name)
         if rows is None:
-            rows = outputs.select(batch, spec, txn.version)
+            rows = outputs.select(batch, spec)
         (delta.replace if txn.rebuilds else delta.append)(rows, self.uri[spec.name], txn)
 
     def merge_rows(
@@ -228,7 +228,7 @@ class SilverWriter:
         latest, resets, held = None, None, None
         if changes is selected[row_changes.NAME]:
             marked = batch.where(F.col(outputs.LATEST))
-            latest = outputs.select(marked, row_changes.TABLE, txn.version)
+            latest = outputs.select(marked, row_changes.TABLE)
             resets = counted.resets
             held = held_before.result() if held_before is not None else None
         uri = self.uri[session_rows.NAME]

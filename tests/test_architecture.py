@@ -5,6 +5,7 @@ order of layers, with each of its modules."""
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -63,3 +64,25 @@ def test_the_import_contract_holds() -> None:
         text=True,
     )
     assert lint.returncode == 0, lint.stdout[-3000:]
+
+
+LONGEST_MODULE, LONGEST_FUNCTION = 450, 60
+"""Lines: a module a reader takes in at one sitting, a function on one screen."""
+
+
+def test_no_module_is_over_450_lines_and_no_function_over_60() -> None:
+    over: list[str] = []
+    for package in ("lakehouse", "bronze", "silver", "gold", "benchmarks"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = ast.parse(path.read_text())
+            name = path.relative_to(ROOT)
+            if (lines := len(path.read_text().splitlines())) > LONGEST_MODULE:
+                over.append(f"{name} ({lines} lines)")
+            over += [
+                f"{name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+                for node in ast.walk(module)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                and node.end_lineno is not None
+                and node.end_lineno - node.lineno + 1 > LONGEST_FUNCTION
+            ]
+    assert not over, "split them: " + ", ".join(over)

@@ -4,21 +4,11 @@ state, compaction."""
 from __future__ import annotations
 
 import argparse
-import threading
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lakehouse.cli.context import invocation, spark_for
-from lakehouse.core.console import echo, pairs
+from lakehouse.core.console import echo
 from lakehouse.core.errors import LakehouseError, explain
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from lakehouse.core.settings import Settings
-    from lakehouse.definitions import NodeRunner
-    from lakehouse.graph.nodes import Graph, Node
-    from lakehouse.observe.lineage import LineageEvents
 
 
 def add_commands(commands: Any) -> None:
@@ -144,10 +134,8 @@ def _add_compact(commands: Any) -> None:
 
 
 def run_layer(args: argparse.Namespace) -> None:
-    from lakehouse import definitions as pipeline
-    from lakehouse.graph.nodes import select
     from lakehouse.observe import metrics
-    from lakehouse.runtime.streams import StreamRun
+    from lakehouse.ops.run import LayerRun, run
 
     if args.layer not in ("gold", "all") and args.select:
         raise LakehouseError("--select applies to `run gold` and `run all` only")
@@ -157,96 +145,18 @@ def run_layer(args: argparse.Namespace) -> None:
         raise LakehouseError("--trace applies to `run silver` and `run all` only")
     if args.layer == "all" and args.full_refresh:
         raise LakehouseError("--full-refresh applies to one layer: `run bronze --full-refresh`")
+    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
+    asked = LayerRun(
+        args.layer,
+        invocation(args),
+        select=tuple(args.select),
+        continuous=args.continuous,
+        full_refresh=args.full_refresh,
+        trace=trace,
+    )
     settings, spark = spark_for(args, args.layer, validates=True)
     metrics.serve(settings.metrics, args.layer)
-    graph = pipeline.graph(settings)
-    models = select(
-        graph, [f"{s},layer:gold,type:model" for s in args.select] or ["layer:gold,type:model"]
-    )
-    trace = None if args.trace is None else frozenset(filter(None, args.trace.split(",")))
-    if args.layer == "all" and args.continuous:
-        return run_all_continuously(spark, settings, graph, models, trace, args)
-    nodes = {"gold": models, "all": [*select(graph, ["bronze", "silver"]), *models]}.get(
-        args.layer
-    ) or select(graph, [args.layer])
-    how = StreamRun(continuous=args.continuous, full_refresh=args.full_refresh, trace=trace)
-    runner = pipeline.NodeRunner(spark, settings, how, models_in_full=args.full_refresh)
-    results = pipeline.walk(settings, graph, nodes, runner, invocation(args))
-    if args.layer in ("gold", "all"):
-        echo(gold_summary(runner))
-    if failed := next((r.error for r in results if r.error is not None), None):
-        raise failed  # the job's own one line, as a job that failed says it
-
-
-def gold_summary(runner: NodeRunner) -> str:
-    """`gold: 3 models (incremental=2, unchanged=1), 12.3s`: what a walk's models did."""
-    runs = runner.model_runs
-    modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
-    return (
-        f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
-        f"{sum(r.seconds for r in runs):.1f}s"
-    )
-
-
-def run_all_continuously(
-    spark: SparkSession,
-    settings: Settings,
-    graph: Graph,
-    models: list[Node],
-    trace: frozenset[str] | None,
-    args: argparse.Namespace,
-) -> None:
-    """The streams side by side and gold on its schedule, supervised, until stopped."""
-    from lakehouse import definitions as pipeline
-    from lakehouse.graph.nodes import select
-    from lakehouse.runtime.supervise import run_all
-
-    # Each run of a stream (and each restart) tells OpenLineage, as a walk's nodes do.
-    manifest = pipeline.manifest(settings, graph)
-    lineage = pipeline.walk_lineage(spark, settings, manifest, args.command)
-    streams = {
-        node.name: partial(_run_stream, settings, node, trace, lineage)
-        for node in select(graph, ["bronze", "silver"])
-    }
-    echo(
-        f"run all: the bronze and silver streams, and {len(models)} gold models every "
-        f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
-    )
-    gold = partial(_run_gold, settings, graph, models, args)
-    run_all(spark, settings, streams, gold)
-
-
-def _run_stream(
-    settings: Settings,
-    node: Node,
-    trace: frozenset[str] | None,
-    lineage: LineageEvents | None,
-    session: SparkSession,
-    stop: threading.Event,
-) -> None:
-    from lakehouse import definitions as pipeline
-    from lakehouse.runtime.streams import StreamRun
-    from lakehouse.runtime.walk import observed
-
-    how = StreamRun(continuous=True, trace=trace, stop=stop)
-    runner = pipeline.NodeRunner(session, settings, how)
-    (observed(runner, lineage) if lineage else runner)(node)
-
-
-def _run_gold(
-    settings: Settings,
-    graph: Graph,
-    models: list[Node],
-    args: argparse.Namespace,
-    session: SparkSession,
-) -> None:
-    from lakehouse import definitions as pipeline
-
-    runner = pipeline.NodeRunner(session, settings)
-    results = pipeline.walk(settings, graph, models, runner, invocation(args))
-    echo(gold_summary(runner))
-    if failed := next((r.error for r in results if r.error is not None), None):
-        raise failed
+    run(spark, settings, asked)
 
 
 def run_status(args: argparse.Namespace) -> int:

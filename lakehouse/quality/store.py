@@ -148,16 +148,11 @@ def quarantine_frame(offending: DataFrame, table: str, check: Check) -> DataFram
 
 
 def quarantined(caught: Sequence[DataFrame], batch_id: int | None) -> DataFrame:
-    """The rows `quarantine_frame` made of a batch, as the quarantine table holds them.
-
-    The batch's id and instant come in as a one-row frame, not as literals: a literal is
-    compiled into the batch's generated code, which the next batch could not reuse.
-    """
+    """The rows `quarantine_frame` made of a batch, as the quarantine table holds them."""
     rows = reduce(DataFrame.unionByName, caught)
-    stamp = rows.sparkSession.createDataFrame(
-        [(batch_id, datetime.now(UTC))], "batch_id BIGINT, quarantined_at TIMESTAMP"
+    return delta.stamped(
+        rows, "batch_id BIGINT, quarantined_at TIMESTAMP", batch_id, datetime.now(UTC)
     )
-    return rows.crossJoin(stamp)
 
 
 def results_frame(

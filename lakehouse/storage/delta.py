@@ -70,6 +70,14 @@ class Txn:
         return self.version == 0
 
 
+def stamped(frame: DataFrame, schema: str, *values: Any) -> DataFrame:
+    """`frame` with a column per value of `schema` (Spark SQL DDL): what changes from one
+    batch to the next (its id, its instant). They come in as a one-row frame, not as
+    literals: a literal is compiled into the batch's generated code, which the next batch,
+    with its own value, could then not reuse."""
+    return frame.crossJoin(frame.sparkSession.createDataFrame([values], schema))
+
+
 def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
     """Create the table of `spec` at `location` unless it exists, and name it in the catalog.
 

@@ -1,0 +1,121 @@
+"""What `lakehouse run` does: a layer's job (or the whole pipeline) once, as a walk of the
+graph, or `run all --continuous`, the streams and gold's schedule kept going."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from lakehouse import definitions as pipeline
+from lakehouse.core.console import echo, pairs
+from lakehouse.core.settings import Settings
+from lakehouse.graph.nodes import Graph, Node, select
+from lakehouse.observe.lineage import LineageEvents
+from lakehouse.runtime.streams import StreamRun
+from lakehouse.runtime.supervise import run_all
+from lakehouse.runtime.walk import observed
+
+STREAM_LAYERS = ("bronze", "silver")
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """One `run` as asked for: which layer (or `all`), how its streams run, which models."""
+
+    layer: str
+    invocation: dict[str, Any]
+    """The command's arguments, for run_results.json, with its name as `command`."""
+    select: tuple[str, ...] = ()
+    continuous: bool = False
+    full_refresh: bool = False
+    trace: frozenset[str] | None = None
+
+    @property
+    def continues(self) -> bool:
+        """`run all --continuous`: the streams kept going and gold on its schedule."""
+        return self.layer == "all" and self.continuous
+
+
+def run(spark: SparkSession, settings: Settings, asked: LayerRun) -> None:
+    """Run the layer `asked` for; the first failure of a node is raised once all have run."""
+    graph = pipeline.graph(settings)
+    models = select(
+        graph, [f"{s},layer:gold,type:model" for s in asked.select] or ["layer:gold,type:model"]
+    )
+    if asked.continues:
+        return run_continuously(spark, settings, graph, models, asked)
+    if asked.layer in STREAM_LAYERS:
+        nodes = select(graph, [asked.layer])
+    else:
+        nodes = [*(select(graph, list(STREAM_LAYERS)) if asked.layer == "all" else []), *models]
+    how = StreamRun(continuous=asked.continuous, full_refresh=asked.full_refresh, trace=asked.trace)
+    runner = pipeline.NodeRunner(spark, settings, how, models_in_full=asked.full_refresh)
+    _walk_and_raise(settings, graph, nodes, runner, asked.layer not in STREAM_LAYERS, asked)
+
+
+def run_continuously(
+    spark: SparkSession, settings: Settings, graph: Graph, models: list[Node], asked: LayerRun
+) -> None:
+    """The streams side by side and gold on its schedule, supervised, until stopped."""
+    # Each run of a stream (and each restart) tells OpenLineage, as a walk's nodes do.
+    manifest = pipeline.manifest(settings, graph)
+    command = asked.invocation["command"]
+    lineage = pipeline.walk_lineage(spark, settings, manifest, command)
+    streams = {
+        node.name: partial(_run_stream, settings, node, asked.trace, lineage)
+        for node in select(graph, list(STREAM_LAYERS))
+    }
+    echo(
+        f"run all: the bronze and silver streams, and {len(models)} gold models every "
+        f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
+    )
+    run_all(spark, settings, streams, partial(_run_gold, settings, graph, models, asked))
+
+
+def _run_stream(
+    settings: Settings,
+    node: Node,
+    trace: frozenset[str] | None,
+    lineage: LineageEvents | None,
+    session: SparkSession,
+    stop: threading.Event,
+) -> None:
+    how = StreamRun(continuous=True, trace=trace, stop=stop)
+    runner = pipeline.NodeRunner(session, settings, how)
+    (observed(runner, lineage) if lineage else runner)(node)
+
+
+def _run_gold(
+    settings: Settings, graph: Graph, models: list[Node], asked: LayerRun, session: SparkSession
+) -> None:
+    runner = pipeline.NodeRunner(session, settings)
+    _walk_and_raise(settings, graph, models, runner, True, asked)
+
+
+def _walk_and_raise(
+    settings: Settings,
+    graph: Graph,
+    nodes: list[Node],
+    runner: pipeline.NodeRunner,
+    sums_gold: bool,
+    asked: LayerRun,
+) -> None:
+    results = pipeline.walk(settings, graph, nodes, runner, asked.invocation)
+    if sums_gold:
+        echo(gold_summary(runner))
+    if failed := next((r.error for r in results if r.error is not None), None):
+        raise failed  # the job's own one line, as a job that failed says it
+
+
+def gold_summary(runner: pipeline.NodeRunner) -> str:
+    """`gold: 3 models (incremental=2, unchanged=1), 12.3s`: what a walk's models did."""
+    runs = runner.model_runs
+    modes = {m: sum(r.mode == m for r in runs) for m in ("full", "incremental", "unchanged")}
+    return (
+        f"gold: {len(runs)} models ({pairs({k: v for k, v in modes.items() if v})}), "
+        f"{sum(r.seconds for r in runs):.1f}s"
+    )
