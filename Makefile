@@ -57,6 +57,7 @@ bench: setup ## benchmarks: each layer against its baseline
 	$(BIN)/python -m benchmarks.bronze
 	$(BIN)/python -m benchmarks.silver
 	$(BIN)/python -m benchmarks.codegen_cache
+	$(BIN)/python -m benchmarks.batch_values
 	$(BIN)/python -m benchmarks.fixed
 	$(BIN)/python -m benchmarks.quality
 	$(BIN)/python -m benchmarks.gold

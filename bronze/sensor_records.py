@@ -117,8 +117,9 @@ def to_sensor_records(
         F.col("timestampType").alias("kafka_timestamp_type"),
         "headers",
     )
-    stamp = "ingested_at TIMESTAMP NOT NULL, batch_id BIGINT NOT NULL"
-    return delta.stamped(records, stamp, datetime.now(UTC), batch_id)
+    return delta.stamped(
+        records, ("ingested_at", "timestamp", datetime.now(UTC)), ("batch_id", "bigint", batch_id)
+    )
 
 
 PROGRESS = progress.progress_table("bronze").name

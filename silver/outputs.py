@@ -144,12 +144,12 @@ def _column(values: Any, length: int, dtype: str) -> Any:
 
 BATCH_ID = "batch_id"
 """The column the writer adds to a batch's outputs (`stamped`): its id, which each table's
-batch column takes."""
+batch column takes, so that the batch compiles it once, not once per table."""
 
 
 def stamped(outputs: DataFrame, batch_id: int) -> DataFrame:
-    """A batch's outputs with its id as data (`delta.stamped`), for `select` to take."""
-    return delta.stamped(outputs, f"{BATCH_ID} BIGINT NOT NULL", batch_id)
+    """A batch's outputs with its id (`delta.stamped`), for `select` to take."""
+    return delta.stamped(outputs, (BATCH_ID, "bigint", batch_id))
 
 
 def select(outputs: DataFrame, spec: TableSpec) -> DataFrame:

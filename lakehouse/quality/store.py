@@ -151,7 +151,7 @@ def quarantined(caught: Sequence[DataFrame], batch_id: int | None) -> DataFrame:
     """The rows `quarantine_frame` made of a batch, as the quarantine table holds them."""
     rows = reduce(DataFrame.unionByName, caught)
     return delta.stamped(
-        rows, "batch_id BIGINT, quarantined_at TIMESTAMP", batch_id, datetime.now(UTC)
+        rows, ("batch_id", "bigint", batch_id), ("quarantined_at", "timestamp", datetime.now(UTC))
     )
 
 

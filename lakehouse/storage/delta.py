@@ -70,12 +70,14 @@ class Txn:
         return self.version == 0
 
 
-def stamped(frame: DataFrame, schema: str, *values: Any) -> DataFrame:
-    """`frame` with a column per value of `schema` (Spark SQL DDL): what changes from one
-    batch to the next (its id, its instant). They come in as a one-row frame, not as
-    literals: a literal is compiled into the batch's generated code, which the next batch,
-    with its own value, could then not reuse."""
-    return frame.crossJoin(frame.sparkSession.createDataFrame([values], schema))
+def stamped(frame: DataFrame, *values: tuple[str, str, Any]) -> DataFrame:
+    """`frame` with a column for each (name, SQL type, value): what changes from one batch to
+    the next (its id, its instant), added last.
+
+    As literals, though a literal is compiled into the batch's generated code, which the next
+    batch cannot reuse: a one-row frame of them joined in instead costs a broadcast per write,
+    which measured dearer than the compile (`python -m benchmarks.batch_values`)."""
+    return frame.select("*", *(F.lit(v).cast(t).alias(name) for name, t, v in values))
 
 
 def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
