@@ -72,7 +72,7 @@ LONGEST_MODULE, LONGEST_FUNCTION = 450, 60
 
 def test_no_module_is_over_450_lines_and_no_function_over_60() -> None:
     over: list[str] = []
-    for package in ("lakehouse", "bronze", "silver", "gold", "benchmarks"):
+    for package in ("lakehouse", "bronze", "silver", "gold", "benchmarks", "tests"):
         for path in sorted((ROOT / package).rglob("*.py")):
             module = ast.parse(path.read_text())
             name = path.relative_to(ROOT)

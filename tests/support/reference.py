@@ -67,43 +67,16 @@ def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected
     status, seen_snapshot, rejected = "open", False, 0
     for topic, partition, offset, value in items:
         lineage = (topic, partition, offset)
-
-        def reject(reason: str, breaks: bool = True, offset: int = offset) -> None:
-            nonlocal rejected, status
+        m = _parsed(value)
+        refused = _refusal(m, status, last_seq, seen_snapshot, table)
+        if refused is not None:
+            reason, breaks = refused
             rejected += 1
             expected.violations[(session, reason, offset)] += 1
-            if breaks:
-                status = "broken"
-
-        if status == "closed":
-            reject("after_end", breaks=False)
+            status = "broken" if breaks else status
             continue
-        try:
-            m = json.loads(value)
-        except ValueError:
-            reject("unparsable")
-            continue
-        seq, kind = m.get("seq"), m.get("kind")
-        if not isinstance(seq, int) or "event_time" not in m or "sensor_id" not in m:
-            reject("invalid")
-            continue
-        if status == "broken" and kind != "snapshot":
-            reject("quarantined", breaks=False)
-            continue
-        want = 0 if last_seq is None else last_seq + 1
-        if status != "broken":
-            if seq > want:
-                reject("gap")
-                continue
-            if seq < want:
-                reject("duplicate" if seq == last_seq else "out_of_order")
-                continue
-        if kind == "update" and not seen_snapshot:
-            reject("update_before_snapshot")
-            continue
-        if kind == "update" and m["op"] == "delete" and m["row_id"] not in table:
-            reject("unknown_row")
-            continue
+        assert m is not None
+        seq, kind = m["seq"], m.get("kind")
         status = "open" if status == "broken" else status
         last_seq = seq if last_seq is None else max(last_seq, seq)
         if kind == "snapshot":
@@ -127,3 +100,41 @@ def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected
     expected.sessions[session] = (status, last_seq, len(items), rejected, len(table))
     for row, values in table.items():
         expected.rows[(session, row)] = values
+
+
+def _parsed(value: bytes) -> dict[str, Any] | None:
+    try:
+        parsed: dict[str, Any] = json.loads(value)
+    except ValueError:
+        return None
+    return parsed
+
+
+def _refusal(
+    m: dict[str, Any] | None,
+    status: str,
+    last_seq: int | None,
+    seen_snapshot: bool,
+    table: dict[str, tuple[Any, ...]],
+) -> tuple[str, bool] | None:
+    """Why the session refuses the record `m` (None: unparsable), and whether that breaks
+    the session; None if it takes it."""
+    if status == "closed":
+        return "after_end", False
+    if m is None:
+        return "unparsable", True
+    seq, kind = m.get("seq"), m.get("kind")
+    if not isinstance(seq, int) or "event_time" not in m or "sensor_id" not in m:
+        return "invalid", True
+    if status == "broken" and kind != "snapshot":
+        return "quarantined", False
+    want = 0 if last_seq is None else last_seq + 1
+    if status != "broken" and seq > want:
+        return "gap", True
+    if status != "broken" and seq < want:
+        return "duplicate" if seq == last_seq else "out_of_order", True
+    if kind == "update" and not seen_snapshot:
+        return "update_before_snapshot", True
+    if kind == "update" and m["op"] == "delete" and m["row_id"] not in table:
+        return "unknown_row", True
+    return None
