@@ -50,11 +50,14 @@ def run(spark: SparkSession, settings: Settings, asked: LayerRun) -> None:
         return run_continuously(spark, settings, graph, models, asked)
     if asked.layer in STREAM_LAYERS:
         nodes = select(graph, [asked.layer])
+    elif asked.layer == "all":
+        nodes = [*select(graph, list(STREAM_LAYERS)), *models]
     else:
-        nodes = [*(select(graph, list(STREAM_LAYERS)) if asked.layer == "all" else []), *models]
+        nodes = models
     how = StreamRun(continuous=asked.continuous, full_refresh=asked.full_refresh, trace=asked.trace)
     runner = pipeline.NodeRunner(spark, settings, how, models_in_full=asked.full_refresh)
-    _walk_and_raise(settings, graph, nodes, runner, asked.layer not in STREAM_LAYERS, asked)
+    sums_gold = asked.layer not in STREAM_LAYERS
+    _walk_and_raise(settings, graph, nodes, runner, asked.invocation, sums_gold=sums_gold)
 
 
 def run_continuously(
@@ -93,7 +96,7 @@ def _run_gold(
     settings: Settings, graph: Graph, models: list[Node], asked: LayerRun, session: SparkSession
 ) -> None:
     runner = pipeline.NodeRunner(session, settings)
-    _walk_and_raise(settings, graph, models, runner, True, asked)
+    _walk_and_raise(settings, graph, models, runner, asked.invocation, sums_gold=True)
 
 
 def _walk_and_raise(
@@ -101,10 +104,11 @@ def _walk_and_raise(
     graph: Graph,
     nodes: list[Node],
     runner: pipeline.NodeRunner,
+    invocation: dict[str, Any],
+    *,
     sums_gold: bool,
-    asked: LayerRun,
 ) -> None:
-    results = pipeline.walk(settings, graph, nodes, runner, asked.invocation)
+    results = pipeline.walk(settings, graph, nodes, runner, invocation)
     if sums_gold:
         echo(gold_summary(runner))
     if failed := next((r.error for r in results if r.error is not None), None):

@@ -84,6 +84,13 @@ def silver_equals_the_reference(
 
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
+    # Each row change names the batch that wrote it: the checkpoint's first read the first
+    # commit (its records may still change rows later, after a gap), later ones the rest.
+    changes = spark.read.format("delta").load(s.storage.table_uri("silver.row_changes"))
+    later = {(t, p, o) for t, p, o, _, _ in records[first:]}
+    batches = [(r.batch_id, (r.topic, r.partition, r.offset) in later) for r in changes.collect()]
+    assert all(batch >= 1 for batch, is_later in batches if is_later)
+    assert min(batch for batch, _ in batches) == 0
 
 
 def test_compiled_plans_generate_code_inside_their_block_only(spark: SparkSession) -> None:
