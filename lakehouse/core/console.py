@@ -67,12 +67,12 @@ def duration(seconds: float) -> str:
 class Live:
     """One line on a terminal, rewritten in place while a long step runs (what it has done
     so far, and the seconds it has taken); `echo` clears it before printing a line, and
-    the next `update` draws it again. Off a terminal it prints nothing: a log or a pipe
+    the next `show` draws it again. Off a terminal it prints nothing: a log or a pipe
     gets the step's own lines, which say enough.
 
         with console.Live("produce") as progress:
             for sent in ...:
-                progress.update(f"{sent:,} records sent")
+                progress.show(f"{sent:,} records sent")
     """
 
     REDRAW_S = 0.1
@@ -104,7 +104,7 @@ class Live:
             self.clear()
             _live = self.outer
 
-    def update(self, text: str) -> None:
+    def show(self, text: str) -> None:
         """Show `text` after the label, with the seconds since the step began."""
         now = time.monotonic()
         if not self.on or now - self.drawn < self.REDRAW_S:

@@ -107,7 +107,7 @@ _created: set[tuple[str, SparkSession]] = set()
 """Tables this process made (or found) already: a gold run records a row per model."""
 
 
-def append(spark: SparkSession, uri: str, rows: list[dict[str, Any]]) -> None:
+def append_rows(spark: SparkSession, uri: str, rows: list[dict[str, Any]]) -> None:
     """Append progress rows (dicts by column) to the table at `uri`."""
     if not rows:
         return
@@ -297,7 +297,7 @@ class StreamRecording:
             rows = self.recorder.take(self.query_id)
             self._flushed = time.monotonic()
             try:
-                append(self.spark, self.uri, rows)
+                append_rows(self.spark, self.uri, rows)
             except Exception:
                 self.recorder.put_back(self.query_id, rows)  # for the next flush to try again
                 raise
@@ -339,6 +339,7 @@ def keep(spark: SparkSession, settings: Settings, writer: str, rows: list[dict[s
     spec = progress_table(writer)
     try:
         with lease.holding(settings, [spec.name], spec.writer):
-            append(spark, create(spark, settings.storage, writer), rows)
+            uri = create(spark, settings.storage, writer)
+            append_rows(spark, uri, rows)
     except Exception as error:
         echo(f"{spec.name}: {len(rows)} rows not recorded: {first_line(explain(error))}")

@@ -354,7 +354,7 @@ def produce(
             _send(producer, record, delivered)
             report.add(record)
             if progress:
-                live.update(f"{report.records:,} records sent")
+                live.show(f"{report.records:,} records sent")
                 # Off a terminal (a log, a pipe), a line now and then instead.
                 if not live.on and report.records % 100_000 == 0:
                     echo(f"  … {report.records:,} records sent")

@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.console import divert, echo
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.settings import EMBEDDED, Settings
-from lakehouse.services import jars, running_address
+from lakehouse.core.settings import Settings
+from lakehouse.services import Reached, jars, reached
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
@@ -66,12 +66,11 @@ def build_spark(
     spark_settings = settings.spark
     app = app_name or spark_settings.app_name
     log = log_file(settings, app)
-    conf = spark_conf(settings, log, extra)
-    master = spark_settings.master
-    if master == EMBEDDED:
-        master, executor_python = embedded_cluster(settings)
-        conf["spark.pyspark.python"] = executor_python
-    conf.update({"spark.master": master, "spark.app.name": app})
+    services = reached(settings)
+    conf = spark_conf(settings, services, log, extra)
+    if services.executor_python:
+        conf["spark.pyspark.python"] = services.executor_python
+    conf.update({"spark.master": services.master, "spark.app.name": app})
     # Python workers must run this interpreter, which has pandas and pyarrow; PySpark takes
     # the worker interpreter from the driver's environment, not from spark.* settings. A
     # cluster target names its executors' interpreter with spark.pyspark.python.
@@ -83,13 +82,15 @@ def build_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(spark_settings.log_level)
-    if not master.startswith("local"):
+    if not services.master.startswith("local"):
         # Executors get the project as a real cluster's would: shipped by the driver.
         spark.sparkContext.addPyFile(str(project_zip()))
     return spark
 
 
-def spark_conf(settings: Settings, log: Path, extra: dict[str, str] | None) -> dict[str, str]:
+def spark_conf(
+    settings: Settings, services: Reached, log: Path, extra: dict[str, str] | None
+) -> dict[str, str]:
     """The session's spark.* settings: the project's, then the catalog's, S3's, the
     target's (`spark.conf`) and the command's `extra`, later ones winning."""
     spark_settings = settings.spark
@@ -130,7 +131,8 @@ def spark_conf(settings: Settings, log: Path, extra: dict[str, str] | None) -> d
         # pandas deprecation notices from inside PySpark's own serializers, once per task.
         "spark.executorEnv.PYTHONWARNINGS": "ignore::FutureWarning",
     }
-    for more in (catalog_conf(settings), s3a_conf(settings), spark_settings.conf, extra or {}):
+    catalog, s3 = catalog_conf(settings, services.metastore), s3a_conf(settings, services)
+    for more in (catalog, s3, spark_settings.conf, extra or {}):
         for key, value in more.items():
             # Class paths add up (the metastore's driver and a command's own jars), and so
             # do the driver JVM's options (a command's own beside the log's).
@@ -198,14 +200,6 @@ def session_for(
     return spark
 
 
-def embedded_cluster(settings: Settings) -> tuple[str, str]:
-    """The running embedded cluster's master URL and its executors' Python."""
-    from lakehouse.services.cluster import EmbeddedCluster
-
-    cluster = EmbeddedCluster.under(settings.storage.local_state_dir)
-    return running_address(cluster, "cluster"), str(cluster.executor_python)
-
-
 def project_zip() -> Path:
     """The project's packages as one zip for `addPyFile`, rebuilt when a file changes."""
     files = sorted(
@@ -228,30 +222,27 @@ def project_zip() -> Path:
     return target
 
 
-def s3a_conf(settings: Settings) -> dict[str, str]:
+def s3a_conf(settings: Settings, services: Reached) -> dict[str, str]:
     """Hadoop's S3A settings from the `s3` settings, when the lake is on S3."""
     if not settings.storage.root.startswith("s3a://"):
         return {}
-    from lakehouse.services.s3 import credentials, resolve_endpoint
-
     s3 = settings.s3
     conf = {
         "spark.hadoop.fs.s3a.endpoint.region": s3.region,
         "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
     }
-    endpoint = resolve_endpoint(settings)
-    if endpoint:
-        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
-    access_key, secret_key = credentials(settings)
+    if services.s3_endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = services.s3_endpoint
+    access_key, secret_key = services.s3_keys
     if access_key:
         conf["spark.hadoop.fs.s3a.access.key"] = access_key
         conf["spark.hadoop.fs.s3a.secret.key"] = secret_key
     return conf
 
 
-def catalog_conf(settings: Settings) -> dict[str, str]:
-    """Spark properties that put the session on the shared catalog of `catalog.metastore`."""
-    metastore = settings.catalog.metastore
+def catalog_conf(settings: Settings, metastore: str) -> dict[str, str]:
+    """Spark properties that put the session on the shared catalog `metastore` (the
+    settings' `catalog.metastore`, an embedded one resolved)."""
     if metastore == "none":
         return {"spark.sql.catalogImplementation": "in-memory"}
     conf = {
@@ -261,11 +252,6 @@ def catalog_conf(settings: Settings) -> dict[str, str]:
     }
     if metastore.startswith("thrift://"):
         return {**conf, "spark.hadoop.hive.metastore.uris": metastore}
-    if metastore == EMBEDDED:
-        from lakehouse.services.metastore import EmbeddedMetastore
-
-        home = EmbeddedMetastore.under(settings.storage.local_state_dir)
-        metastore = running_address(home, "catalog")
     if not metastore.startswith("jdbc:"):
         raise LakehouseError(
             f"catalog.metastore {metastore!r} is none of embedded, none, thrift://…, jdbc:…"

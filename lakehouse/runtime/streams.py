@@ -355,9 +355,7 @@ def await_query(
                         break
                 query.awaitTermination(1)
                 seen_batch = _count_batches(query, label, seen_batch, stats, recording)
-                live.update(
-                    f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run"
-                )
+                live.show(f"{query.status['message'].lower()}; {stats.input_rows:,} rows this run")
                 if recording is not None:
                     _flush(recording, label)
             query.awaitTermination()

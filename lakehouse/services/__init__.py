@@ -11,10 +11,12 @@ Kafka, metastore and object store.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import EMBEDDED
 
 if TYPE_CHECKING:
     from lakehouse.core.settings import Settings
@@ -72,3 +74,39 @@ def embedded(settings: Settings) -> dict[str, Service]:
             settings.cluster.memory_per_worker,
         ),
     }
+
+
+@dataclass(frozen=True)
+class Reached:
+    """What a Spark application of the settings reaches, each resolved once: an embedded
+    service's running address, else what the settings name."""
+
+    metastore: str
+    """`none`, `thrift://…` or `jdbc:…`."""
+    master: str
+    executor_python: str | None
+    """The embedded cluster's executors' Python; None: the target's or this one."""
+    s3_endpoint: str | None
+    """None: the store's default endpoint, or a lake not on S3."""
+    s3_keys: tuple[str, str]
+    """Access and secret key; empty: the default provider chain, or a lake not on S3."""
+
+
+def reached(settings: Settings) -> Reached:
+    """Where a Spark application of `settings` finds its catalog, cluster and object store;
+    one line naming the command to start an embedded one that is not running."""
+    from lakehouse.services import s3
+    from lakehouse.services.cluster import EmbeddedCluster
+    from lakehouse.services.metastore import EmbeddedMetastore
+
+    home = settings.storage.local_state_dir
+    metastore, master, python = settings.catalog.metastore, settings.spark.master, None
+    if metastore == EMBEDDED:
+        metastore = running_address(EmbeddedMetastore.under(home), "catalog")
+    if master == EMBEDDED:
+        cluster = EmbeddedCluster.under(home)
+        master, python = running_address(cluster, "cluster"), str(cluster.executor_python)
+    endpoint, keys = None, ("", "")
+    if settings.storage.root.startswith("s3a://"):
+        endpoint, keys = s3.resolve_endpoint(settings), s3.credentials(settings)
+    return Reached(metastore, master, python, endpoint, keys)

@@ -74,7 +74,7 @@ def test_on_a_terminal_a_live_line_is_rewritten_in_place_and_cleared_by_a_plain_
     monkeypatch.setattr(sys, "stdout", terminal)
 
     with Live("producing") as live:
-        live.update("5 records sent")
+        live.show("5 records sent")
         echo("done")
 
     assert terminal.getvalue() == "\r\x1b[2Kproducing: 5 records sent (0s)\r\x1b[2Kdone\n"
@@ -82,7 +82,7 @@ def test_on_a_terminal_a_live_line_is_rewritten_in_place_and_cleared_by_a_plain_
 
 def test_off_a_terminal_a_live_line_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     with Live("producing") as live:
-        live.update("5 records sent")
+        live.show("5 records sent")
         echo("done")
 
     assert capsys.readouterr().out == "done\n"

@@ -125,7 +125,7 @@ def test_a_thrift_metastore_reaches_spark_as_the_hive_metastore_uri() -> None:
     from lakehouse.runtime.spark import catalog_conf
 
     settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "thrift://hms:9083"})
-    conf = catalog_conf(settings)
+    conf = catalog_conf(settings, settings.catalog.metastore)
     assert conf["spark.hadoop.hive.metastore.uris"] == "thrift://hms:9083"
     assert conf["spark.sql.catalogImplementation"] == "hive"
 
@@ -136,7 +136,7 @@ def test_an_unknown_metastore_kind_is_an_error_naming_the_choices() -> None:
 
     settings = load_settings(environ={"LAKEHOUSE__CATALOG__METASTORE": "mysql://x"})
     with pytest.raises(LakehouseError, match="none of embedded, none, thrift://"):
-        catalog_conf(settings)
+        catalog_conf(settings, settings.catalog.metastore)
 
 
 @pytest.mark.parametrize(
