@@ -17,12 +17,13 @@ from pyspark.sql import functions as F
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS, READERS
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.runtime.incremental import run_models
 from lakehouse.storage import catalog, delta
 from lakehouse.storage.compaction import compact, snapshot, storage
 from silver import reconstruct
-from tests.support import overrides, reference, settings_for, start_lakehouse
+from tests.support import overrides, settings_for, start_lakehouse
 from tests.support.gold import BASE, INCREMENTS, Bronze
 from tests.support.silver import assert_matches, silver_tables
 

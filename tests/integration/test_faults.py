@@ -19,13 +19,14 @@ from pyspark.sql import SparkSession
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import StorageSettings, load_settings
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import produce
 from lakehouse.runtime.streams import checkpoint_format
 from lakehouse.services.s3 import EmbeddedS3
 from silver import reconstruct
-from tests.support import S3_KEYS, lakehouse_command, reference
+from tests.support import S3_KEYS, lakehouse_command
 from tests.support.bronze_tables import kafka_records, write_bronze
-from tests.support.faults import (
+from lakehouse.gameday.faults import (
     Moment,
     in_next_batch,
     kill_job,

@@ -19,10 +19,11 @@ from pyspark.sql import SparkSession
 from bronze import sensor_records
 from gold import sensor_hourly
 from lakehouse.definitions import MODELS
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import TrafficSpec, create_topics, generate_traffic
 from lakehouse.runtime.incremental import run_models
 from silver import reconstruct, row_changes, sessions, violations
-from tests.support import reference, settings_for
+from tests.support import settings_for
 from tests.support.gold import assert_gold_equals_pandas_from_silver, table
 from tests.support.hostile import CASES, OWN, PREFIX, START, TOPIC, hostile_messages, session_of
 from tests.support.silver import assert_matches, only, silver_tables

@@ -20,6 +20,7 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import produce
 from lakehouse.runtime.incremental import run_models
 from lakehouse.services.kafka import EmbeddedKafka
@@ -28,7 +29,6 @@ from tests.support import (
     foreign_lines,
     lineage_events,
     overrides,
-    reference,
     settings_for,
     start_lakehouse,
 )

@@ -20,12 +20,13 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import MODELS
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import create_topics
 from lakehouse.quality import store
 from lakehouse.runtime.incremental import run_models
 from lakehouse.runtime.streams import StreamRun
 from silver import reconstruct
-from tests.support import reference, settings_for
+from tests.support import settings_for
 from tests.support.bronze_tables import kafka_records, sent_at_event_time, write_bronze
 from tests.support.gold import assert_gold_equals_pandas_from_silver
 from tests.support.silver import assert_matches, only, silver_tables, small_spec

@@ -16,12 +16,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.storage import catalog
 from silver import processor, reconstruct, sessions
 from silver.session_state import STATE_VERSION
-from tests.support import compiled_plans, overrides, reference, run_lakehouse, settings_for
+from tests.support import compiled_plans, overrides, run_lakehouse, settings_for
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import consume_all
 from tests.support.silver import assert_matches, silver_tables, small_spec

@@ -5,42 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from pyspark.sql import SparkSession
-
-from lakehouse.core.settings import Settings
+from lakehouse.gameday import lake, reference
 from lakehouse.ops.producer import TrafficSpec
-from tests.support import reference
 
-
-def silver_tables(spark: SparkSession, s: Settings) -> reference.Expected:
-    """The silver tables in the reference's shape."""
-
-    def table(name: str):  # type: ignore[no-untyped-def]
-        return spark.read.format("delta").load(s.storage.table_uri(f"silver.{name}")).collect()
-
-    found = reference.Expected()
-    for r in table("session_rows"):
-        found.rows[((r.topic, r.session_id), r.row_id)] = (
-            r.temperature,
-            r.humidity,
-            r.pressure,
-            r.status,
-            r.counter,
-            r.seq,
-            r.topic,
-            r.partition,
-            r.offset,
-        )
-    for r in table("sessions"):
-        found.sessions[(r.topic, r.session_id)] = (
-            r.status, r.last_seq, r.records, r.rejected, r.table_rows
-        )  # fmt: skip
-    for r in table("violations"):
-        session = None if r.session_id is None else (r.topic, r.session_id)
-        found.violations[(session, r.reason, r.offset)] += 1
-    for r in table("row_changes"):
-        found.changes[((r.topic, r.session_id), r.row_id, r.op, r.seq)] += 1
-    return found
+silver_tables = lake.silver_found
 
 
 def assert_matches(found: reference.Expected, expected: reference.Expected) -> None:

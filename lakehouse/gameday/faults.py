@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
+from lakehouse.core.errors import LakehouseError
 from lakehouse.services import process
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.storage.buckets import bucket_and_prefix
@@ -126,8 +128,8 @@ def kill_server(server: EmbeddedS3) -> Callable[[], None]:
 
     def strike() -> None:
         pid = process.running_pid(server.home / "server.pid")
-        assert pid is not None, "the S3 server is not running"
-        os.kill(pid, signal.SIGKILL)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
 
     return strike
 
@@ -148,14 +150,22 @@ def proxy(upstream: str, moment: Moment, strike: Callable[[], None]) -> Iterator
         fault.close()
 
 
+class MomentMissed(LakehouseError):
+    """The job ended, or the moment never came, before the fault could strike."""
+
+
 def wait_struck(fault: FaultProxy, timeout_s: float, alive: Callable[[], bool]) -> None:
-    """Until the fault struck; fails, naming the requests seen, if the job ended or the
-    moment never came."""
+    """Until the fault struck; MomentMissed, naming the requests seen, if the job ended or
+    the moment never came."""
     deadline = time.monotonic() + timeout_s
     while not fault.struck.wait(0.5):
         recent = "\n".join(fault.requests[-30:])
-        assert alive(), f"the job ended before {fault.moment.name}; last requests:\n{recent}"
-        assert time.monotonic() < deadline, f"no {fault.moment.name}; last requests:\n{recent}"
+        if not alive():
+            raise MomentMissed(
+                f"the job ended before {fault.moment.name}; last requests:\n{recent}"
+            )
+        if time.monotonic() > deadline:
+            raise MomentMissed(f"no {fault.moment.name}; last requests:\n{recent}")
 
 
 def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
@@ -163,7 +173,8 @@ def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
     its own, and the next writer is refused until then. Read from the leases, not slept:
     by the time a job is struck and reaped, most of its lease time has usually gone by."""
     endpoint = server.address()
-    assert endpoint is not None, "the S3 server is not running"
+    if endpoint is None:
+        raise LakehouseError(f"the S3 server is not running (state in {server.home})")
     client, (bucket, prefix) = server.client(endpoint), bucket_and_prefix(root)
     folder = f"{prefix}/_leases/".lstrip("/")
     listed = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
@@ -172,3 +183,50 @@ def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
     wait = max((g.expires - time.time() for g in grants if g is not None), default=0.0)
     if wait > 0:
         time.sleep(wait + 0.05)  # a lease is refused until `expires` has gone by
+
+
+def _numbered(folder: Path) -> set[int]:
+    """The numbered files of a checkpoint's or a Delta log's folder (`7`, `00007.json`)."""
+    if not folder.exists():
+        return set()
+    return {int(p.name.split(".")[0]) for p in folder.iterdir() if p.name.split(".")[0].isdigit()}
+
+
+class LocalMoment:
+    """A moment of a stream's batch on a local lake, seen in its folders: the checkpoint's
+    offsets (planned), the table's Delta log (committed), the checkpoint's commits. Armed
+    at the state the folders are in now; `reached` is polled, so the strike lands within a
+    few milliseconds after the moment (on S3 `FaultProxy` holds the very request)."""
+
+    def __init__(self, moment: str, checkpoint: Path, table: Path) -> None:
+        self.moment, self.checkpoint, self.log = moment, checkpoint, table / "_delta_log"
+        self.commits = max(_numbered(checkpoint / "commits"), default=-1)
+        self.version = max(_numbered(self.log), default=-1)
+        self.planned = max(_numbered(checkpoint / "offsets"), default=-1)
+
+    def reached(self) -> bool:
+        commits = max(_numbered(self.checkpoint / "commits"), default=-1)
+        match self.moment:
+            case "before-writes":
+                planned = max(_numbered(self.checkpoint / "offsets"), default=-1)
+                return planned > max(self.planned, commits)
+            case "after-delta-commit":
+                return max(_numbered(self.log), default=-1) > self.version and (
+                    commits == self.commits
+                )
+            case _:  # after-commit
+                return commits > self.commits
+
+
+def strike_at(moment: LocalMoment, strike: Callable[[], None], timeout_s: float,
+              alive: Callable[[], bool]) -> None:  # fmt: skip
+    """Poll `moment` and strike once it is reached; MomentMissed if the job ended or the
+    moment did not come within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not moment.reached():
+        if not alive():
+            raise MomentMissed(f"the job ended before {moment.moment}")
+        if time.monotonic() > deadline:
+            raise MomentMissed(f"no {moment.moment} within {timeout_s:.0f} s")
+        time.sleep(0.005)
+    strike()

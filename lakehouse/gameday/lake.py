@@ -1,0 +1,145 @@
+"""What game day reads to judge a step: the records Kafka holds under its prefix, and the
+namespace's bronze, silver and gold in the shapes `reconcile` compares."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pyspark.sql import Row, SparkSession
+
+from bronze import kafka_changes, sensor_records
+from gold import sensor_daily, sensor_hourly, session_summary
+from lakehouse.core.settings import Settings
+from lakehouse.gameday import gold_reference, reconcile
+from lakehouse.gameday.reconcile import KafkaRecord, Loss, Tally
+from lakehouse.gameday.reference import Expected
+from lakehouse.quality import store
+from silver import row_changes, session_rows, sessions, violations
+
+
+def kafka_records(
+    bootstrap: str, prefix: str, options: dict[str, str] | None = None
+) -> set[KafkaRecord]:
+    """Every record under the prefix, read back by a plain Kafka consumer.
+
+    Every partition is assigned at once and read in bulk: a partition at a time, each
+    assignment waited for its first fetch, and reading 306 records of 18 partitions took
+    19 s instead of 1."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    config = {"bootstrap.servers": bootstrap, **(options or {})}
+    topics = AdminClient(config).list_topics(timeout=10).topics
+    consumer = Consumer({**config, "group.id": f"check-{prefix}", "enable.auto.commit": False})
+    try:
+        starts, ends = [], {}  # ends: (topic, partition) -> its high watermark, until read
+        for topic in (t for t in topics if t.startswith(prefix)):
+            for partition in topics[topic].partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10
+                )
+                if high > low:
+                    starts.append(TopicPartition(topic, partition, low))
+                    ends[(topic, partition)] = high
+        consumer.assign(starts)
+        records: set[KafkaRecord] = set()
+        deadline = time.monotonic() + 60
+        while ends:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"records of {sorted(ends)} never came from {bootstrap}")
+            for message in consumer.consume(1000, timeout=1):
+                if message.error() is not None:
+                    raise RuntimeError(str(message.error()))
+                at = (message.topic(), message.partition())
+                headers = tuple((k, bytes(v)) for k, v in (message.headers() or []))
+                records.add((*at, message.offset(), message.key(), message.value(), headers))
+                if message.offset() + 1 >= ends.get(at, 0):
+                    ends.pop(at, None)
+        return records
+    finally:
+        consumer.close()
+
+
+def as_tuples(rows: list[Row]) -> list[KafkaRecord]:
+    """Bronze's rows as Kafka records."""
+    return [
+        (
+            r.topic,
+            r.partition,
+            r.offset,
+            None if r.key is None else bytes(r.key),
+            bytes(r.value),
+            tuple((h.key, bytes(h.value)) for h in r.headers),
+        )
+        for r in rows
+    ]
+
+
+def quarantined_rows(spark: SparkSession, settings: Settings) -> list[Row]:
+    return store.quarantined_rows(
+        spark, settings.storage, sensor_records.NAME, sensor_records.TABLE.columns
+    ).collect()
+
+
+def bronze_records(spark: SparkSession, settings: Settings) -> list[KafkaRecord]:
+    """Every record bronze holds: its table's and its quarantine's."""
+    table = spark.read.format("delta").load(settings.storage.table_uri(sensor_records.NAME))
+    return as_tuples(table.collect()) + as_tuples(quarantined_rows(spark, settings))
+
+
+def accepted_losses(spark: SparkSession, settings: Settings) -> list[Loss]:
+    """The offsets an operator accepted as lost (`lakehouse bronze accept-loss`)."""
+    return [
+        (c["topic"], c["partition"], c["skipped_from"], c["skipped_to"] + 1)
+        for c in kafka_changes.history(spark, settings)
+        if c["change"] == "offsets_lost" and c["skipped_from"] is not None
+        and c["skipped_to"] is not None
+    ]  # fmt: skip
+
+
+def silver_found(spark: SparkSession, settings: Settings) -> Expected:
+    """Silver's tables in the reference's shape."""
+
+    def table(name: str) -> list[Row]:
+        return spark.read.format("delta").load(settings.storage.table_uri(name)).collect()
+
+    found = Expected()
+    for r in table(session_rows.NAME):
+        found.rows[((r.topic, r.session_id), r.row_id)] = (
+            r.temperature, r.humidity, r.pressure, r.status, r.counter, r.seq,
+            r.topic, r.partition, r.offset,
+        )  # fmt: skip
+    for r in table(sessions.NAME):
+        found.sessions[(r.topic, r.session_id)] = (
+            r.status, r.last_seq, r.records, r.rejected, r.table_rows
+        )  # fmt: skip
+    for r in table(violations.NAME):
+        session = None if r.session_id is None else (r.topic, r.session_id)
+        found.violations[(session, r.reason, r.offset)] += 1
+    for r in table(row_changes.NAME):
+        found.changes[((r.topic, r.session_id), r.row_id, r.op, r.seq)] += 1
+    return found
+
+
+def gold_tally(spark: SparkSession, settings: Settings) -> Tally:
+    """Each gold model's rows against gold computed again from silver with pandas."""
+
+    def table(name: str) -> Any:
+        return spark.read.format("delta").load(settings.storage.table_uri(name))
+
+    changes = table(row_changes.NAME).toPandas()
+    expected = {
+        sensor_hourly: gold_reference.hourly_reference(changes),
+        sensor_daily: gold_reference.daily_reference(changes),
+        session_summary: gold_reference.summary_reference(
+            table(sessions.NAME).toPandas(), table(violations.NAME).toPandas()
+        ),
+    }
+    tallies = [
+        reconcile.rows_vs_reference(
+            model.NAME, [r.asDict() for r in table(model.NAME).collect()], model.KEY, rows
+        )
+        for model, rows in expected.items()
+    ]
+    return reconcile.combined("silver ↔ gold", tallies)
