@@ -11,6 +11,7 @@ from lakehouse.cli import (
     bronze,
     build,
     explain,
+    gameday,
     jobs,
     produce,
     quality,
@@ -27,7 +28,7 @@ Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.
 Settings come from conf/base.yaml and conf/<target>.yaml; an environment variable
 LAKEHOUSE__<SECTION>__<KEY> overrides one key (e.g. LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS).
 """
-GROUPS = (setup, services, storage, produce, jobs, bronze, build, sql, quality, explain)
+GROUPS = (setup, services, storage, produce, jobs, bronze, build, sql, quality, explain, gameday)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

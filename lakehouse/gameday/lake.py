@@ -29,7 +29,7 @@ def kafka_records(
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    config = {"bootstrap.servers": bootstrap, **(options or {})}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, **(options or {})}
     topics = AdminClient(config).list_topics(timeout=10).topics
     consumer = Consumer({**config, "group.id": f"check-{prefix}", "enable.auto.commit": False})
     try:
@@ -48,6 +48,7 @@ def kafka_records(
         while ends:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"records of {sorted(ends)} never came from {bootstrap}")
+            message: Any
             for message in consumer.consume(1000, timeout=1):
                 if message.error() is not None:
                     raise RuntimeError(str(message.error()))

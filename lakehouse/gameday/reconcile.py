@@ -86,17 +86,19 @@ def silver_vs_reference(found: Expected, expected: Expected) -> Tally:
     lost: list[tuple[str, Hashable]] = []
     doubled: list[tuple[str, Hashable]] = []
     altered: list[tuple[str, Hashable]] = []
-    for table, have, want in (
+    pairs: tuple[tuple[str, Mapping[Any, Any], Mapping[Any, Any]], ...] = (
         ("session_rows", found.rows, expected.rows),
         ("sessions", found.sessions, expected.sessions),
-    ):
+    )
+    for table, have, want in pairs:
         lost += [(table, k) for k in want if k not in have]
         doubled += [(table, k) for k in have if k not in want]
         altered += [(table, k) for k in want if k in have and have[k] != want[k]]
-    for table, have_n, want_n in (
+    counted: tuple[tuple[str, Counter[Any], Counter[Any]], ...] = (
         ("violations", found.violations, expected.violations),
         ("row_changes", found.changes, expected.changes),
-    ):
+    )
+    for table, have_n, want_n in counted:
         lost += [(table, k) for k, n in (want_n - have_n).items() for _ in range(n)]
         doubled += [(table, k) for k, n in (have_n - want_n).items() for _ in range(n)]
     return _tally("bronze ↔ silver", lost, doubled, altered)
@@ -112,10 +114,12 @@ def rows_vs_reference(
     expected = {tuple(_plain(k) for k in keys): row for keys, row in expected.items()}
     keys = Counter(tuple(row[k] for k in key) for row in found)
     have = {tuple(row[k] for k in key): row for row in found}
-    lost = [(table, k) for k in expected if k not in have]
-    doubled = [(table, k) for k, n in keys.items() if k not in expected for _ in range(n)]
+    lost: list[tuple[str, Hashable]] = [(table, k) for k in expected if k not in have]
+    doubled: list[tuple[str, Hashable]] = [
+        (table, k) for k, n in keys.items() if k not in expected for _ in range(n)
+    ]
     doubled += [(table, k) for k, n in keys.items() if k in expected for _ in range(n - 1)]
-    altered = [
+    altered: list[tuple[str, Hashable]] = [
         (table, k)
         for k, values in expected.items()
         if k in have and any(not same(have[k][c], v) for c, v in values.items())

@@ -57,6 +57,7 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     for _, _, offset, value in by_session.pop(None, []):
         expected.violations[(None, _unkeyed_reason(value), offset)] += 1
     for session, items in by_session.items():
+        assert session is not None  # the unnamed were popped above
         _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
     return expected
 

@@ -154,7 +154,7 @@ def _mapping(value: Any, where: str, known: set[str]) -> dict[str, Any]:
 def _fields(cls: Any, value: Any, where: str) -> Any:
     """`cls` from a mapping of its fields, each of its default's type."""
     defaults = {
-        f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[operator]
         for f in fields(cls)
         if f.default is not MISSING or f.default_factory is not MISSING
     }

@@ -20,12 +20,6 @@ from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import StorageSettings, load_settings
 from lakehouse.gameday import reference
-from lakehouse.ops.producer import produce
-from lakehouse.runtime.streams import checkpoint_format
-from lakehouse.services.s3 import EmbeddedS3
-from silver import reconstruct
-from tests.support import S3_KEYS, lakehouse_command
-from tests.support.bronze_tables import kafka_records, write_bronze
 from lakehouse.gameday.faults import (
     Moment,
     in_next_batch,
@@ -35,6 +29,12 @@ from lakehouse.gameday.faults import (
     wait_leases_expired,
     wait_struck,
 )
+from lakehouse.ops.producer import produce
+from lakehouse.runtime.streams import checkpoint_format
+from lakehouse.services.s3 import EmbeddedS3
+from silver import reconstruct
+from tests.support import S3_KEYS, lakehouse_command
+from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
 from tests.support.s3 import FAIL_FAST, PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
 from tests.support.silver import assert_matches, silver_tables, small_spec

@@ -1,0 +1,255 @@
+"""One game day: traffic with known answers, each fault of the scenario at its moment, the
+pipeline's recovery, and a verdict per step from reconciling every layer.
+
+A step sends its own traffic (the generator's, its seed the step's number), strikes, waits
+until the pipeline has caught up by itself (or after the operator's documented command,
+which the step runs and names), then reconciles Kafka ↔ bronze (each record once, byte for
+byte, but those an operator accepted as lost), bronze ↔ silver (the reference session
+machine over what was sent) and silver ↔ gold (gold computed again with pandas)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from lakehouse.core.console import echo
+from lakehouse.core.errors import LakehouseError, first_line
+from lakehouse.definitions import READERS
+from lakehouse.gameday import faults, lake, reconcile, reference
+from lakehouse.gameday.pipeline import Namespace, Pipeline, lakehouse
+from lakehouse.gameday.reconcile import KafkaRecord, Tally
+from lakehouse.gameday.scenario import Scenario, Step
+from lakehouse.ops import status
+from lakehouse.ops.producer import TrafficSpec, produce
+
+RECOVERY_S = 300.0
+"""How long a step waits for the pipeline to catch up before its verdict is FAIL."""
+
+
+@dataclass
+class Verdict:
+    """What one step found."""
+
+    step: str
+    outcome: str
+    """PASS, FAIL or SKIP."""
+    tallies: list[Tally] = field(default_factory=list)
+    recovered_s: float | None = None
+    note: str = ""
+    started_at: str = ""
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """`PASS kill silver at after-commit: 0 lost, 0 doubled, recovered in 14.2 s`."""
+        if self.outcome == "SKIP":
+            return f"SKIP {self.step}: {self.note}"
+        lost, doubled = (sum(t.lost for t in self.tallies), sum(t.doubled for t in self.tallies))
+        text = f"{self.outcome} {self.step}: {lost} lost, {doubled} doubled"
+        altered = sum(t.altered for t in self.tallies)
+        text += f", {altered} altered" if altered else ""
+        if self.recovered_s is not None:
+            text += f", recovered in {self.recovered_s:.1f} s"
+        wrong = [t.line() for t in self.tallies if not t.ok]
+        return text + "".join(f"\n  {w}" for w in wrong) + (f"\n  {self.note}" if self.note else "")
+
+
+class Skipped(Exception):
+    """The target cannot take this fault: the step is SKIP, with why."""
+
+
+class Day:
+    """The state a game day carries from step to step."""
+
+    def __init__(self, space: Namespace, spark: SparkSession, scenario: Scenario) -> None:
+        self.space, self.spark, self.scenario = space, spark, scenario
+        self.pipeline = Pipeline(space)
+        self.sent: dict[tuple[str, int, int], KafkaRecord] = {}
+        """Every record sent, as Kafka held it before any was lost."""
+        self.step_number = 0
+
+    def send(self, **changes: object) -> None:
+        """The step's traffic to Kafka, and what Kafka then holds, kept."""
+        spec = TrafficSpec(
+            seed=self.step_number,
+            first_sensor=1 + 10 * self.step_number,
+            topic_prefix=self.space.prefix,
+            partitions=2,
+            sensors=self.scenario.traffic.sensors,
+            sessions_per_sensor=self.scenario.traffic.sessions_per_sensor,
+            rows_per_snapshot=self.scenario.traffic.rows_per_snapshot,
+            updates_per_session=self.scenario.traffic.updates_per_session,
+            resync_every=self.scenario.traffic.resync_every,
+            faults=dict(self.scenario.traffic.faults),
+        )
+        produce(replace(spec, **changes), self.space.bootstrap)  # type: ignore[arg-type]
+        self.remember()
+
+    def remember(self) -> None:
+        for record in lake.kafka_records(self.space.bootstrap, self.space.prefix):
+            self.sent.setdefault(record[:3], record)
+
+    def caught_up(self) -> bool:
+        """Bronze has read every Kafka record; silver and gold every version of their inputs."""
+        found = status.status(self.spark, self.space.settings)
+        if found.kafka_error or any(p.lag or p.read_to is None for p in found.kafka):
+            return False
+        read = {(r.reader, r.table) for r in found.readers if not r.rows_behind}
+        return len(read) == len({(r.name, r.table) for r in READERS})
+
+    def recover(self) -> float:
+        """Seconds until the pipeline caught up; LakehouseError if it did not in time."""
+        began = time.monotonic()
+        while not self.caught_up():
+            if not self.pipeline.alive():
+                raise LakehouseError(f"the pipeline ended (its log: {self.pipeline.log})")
+            if time.monotonic() - began > RECOVERY_S:
+                raise LakehouseError(f"not caught up after {RECOVERY_S:.0f} s")
+            time.sleep(1)
+        return time.monotonic() - began
+
+    def reconcile(self) -> list[Tally]:
+        """Every layer against what it must hold now."""
+        accepted = lake.accepted_losses(self.spark, self.space.settings)
+        bronze = reconcile.kafka_vs_bronze(
+            self.sent.values(), lake.bronze_records(self.spark, self.space.settings), accepted
+        )
+        kept = [r for r in self.sent.values() if not _in(r, accepted)]
+        expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
+        silver = reconcile.silver_vs_reference(
+            lake.silver_found(self.spark, self.space.settings), expected
+        )
+        return [bronze, silver, lake.gold_tally(self.spark, self.space.settings)]
+
+
+def _in(record: KafkaRecord, losses: list[reconcile.Loss]) -> bool:
+    return any((t, p) == record[:2] and a <= record[2] < b for t, p, a, b in losses)
+
+
+def run_step(day: Day, step: Step, number: int) -> Verdict:
+    """One step: its fault, the recovery, the verdict; never raises for the step's sake."""
+    day.step_number = number
+    began, at = time.monotonic(), datetime.now(UTC).isoformat(timespec="seconds")
+    verdict = Verdict(step.name, "PASS", started_at=at)
+    try:
+        restarted = FAULTS[step.kind](day, step)
+        verdict.recovered_s = day.recover() + (restarted or 0.0)
+        verdict.tallies = day.reconcile()
+        verdict.outcome = "PASS" if all(t.ok for t in verdict.tallies) else "FAIL"
+    except Skipped as why:
+        verdict.outcome, verdict.note = "SKIP", str(why)
+    except Exception as error:  # the step failed; the day goes on to say so
+        verdict.outcome, verdict.note = "FAIL", first_line(str(error))
+        if not day.pipeline.alive():
+            day.pipeline.start()
+    verdict.seconds = time.monotonic() - began
+    return verdict
+
+
+def baseline(day: Day, step: Step) -> None:
+    day.send()
+
+
+def kill(day: Day, step: Step) -> float:
+    """SIGKILL the pipeline at the moment of the stream's batch, then start it again."""
+    layer = step.stream
+    checkpoint = day.space.settings.storage.checkpoint_uri(
+        "bronze.sensor_records" if layer == "bronze" else "silver.sessions_stream"
+    )
+    table = day.space.settings.storage.table_uri(
+        "bronze.sensor_records" if layer == "bronze" else "silver.row_changes"
+    )
+    if day.space.on_s3:
+        raise Skipped("a moment on S3 is struck by the fault tests' proxy; not yet by game day")
+    moment = faults.LocalMoment(step.moment, Path(checkpoint), Path(table))
+    day.send()
+    faults.strike_at(moment, day.pipeline.kill, RECOVERY_S, day.pipeline.alive)
+    began = time.monotonic()
+    day.pipeline.start()
+    return time.monotonic() - began
+
+
+def broker_stop(day: Day, step: Step) -> None:
+    """The broker stopped for `seconds` under the running pipeline, then started again."""
+    broker = day.space.broker
+    if broker is None:
+        raise Skipped("the target's broker is not one game day started")
+    day.send()
+    broker.stop()
+    time.sleep(step.seconds)
+    broker.start()
+    day.step_number += 100  # new sensors' topics, which the running bronze has not seen
+    day.send()
+
+
+def long_stop(day: Day, step: Step) -> None:
+    """The pipeline stopped for `seconds` while traffic goes on: a backlog on restart."""
+    day.pipeline.stop()
+    day.send()
+    time.sleep(step.seconds)
+    day.pipeline.start()
+
+
+def clock_ahead(day: Day, step: Step) -> None:
+    """One sensor's clock `hours` ahead of the others', beside the usual traffic."""
+    day.send()
+    ahead = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=step.hours)
+    day.step_number += 100
+    day.send(sensors=1, start_time=ahead)
+
+
+def retention_loss(day: Day, step: Step) -> None:
+    """Records of one partition deleted before bronze read them (as retention would):
+    bronze stops naming the loss; game day accepts it with the operator's command
+    (`lakehouse bronze accept-loss`) and the loss is accounted for."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    if not day.sent:
+        day.send()  # a partition bronze reads, to lose records of
+        day.recover()
+    topic = min(t for t, _, _ in day.sent)
+    day.pipeline.stop()
+    before = set(day.sent)
+    day.send(first_sensor=int(topic.removeprefix(day.space.prefix).removeprefix("sensor-")))
+    fresh = sorted(k for k in day.sent if k not in before and k[0] == topic)
+    partition, low = fresh[0][1], fresh[0][2]
+    admin = AdminClient({"bootstrap.servers": day.space.bootstrap})
+    deleted = admin.delete_records([TopicPartition(topic, partition, low + step.records)])
+    for future in deleted.values():
+        future.result(30)
+    day.pipeline.start()
+    code = day.pipeline.wait(RECOVERY_S)
+    if code is None or code == 0:
+        raise LakehouseError(f"bronze did not stop at the loss of {topic}/{partition}")
+    accept = lakehouse(day.space, "bronze", "accept-loss", topic, str(partition),
+                       "--reason", "game day: retention-loss")  # fmt: skip
+    if accept.wait(RECOVERY_S) != 0:
+        raise LakehouseError(f"`lakehouse bronze accept-loss {topic} {partition}` failed")
+    echo(f"  ran `lakehouse bronze accept-loss {topic} {partition}` (the documented way on)")
+    day.pipeline.start()
+
+
+def cluster_only(day: Day, step: Step) -> None:
+    raise Skipped("needs a cluster target (a worker to kill)")
+
+
+def s3_only(day: Day, step: Step) -> None:
+    raise Skipped("needs a lake on an object store (this one is on local disk)")
+
+
+FAULTS: dict[str, Callable[[Day, Step], float | None]] = {
+    "baseline": baseline,
+    "kill": kill,
+    "broker-stop": broker_stop,
+    "store-outage": s3_only,
+    "worker-kill": cluster_only,
+    "retention-loss": retention_loss,
+    "clock-ahead": clock_ahead,
+    "long-stop": long_stop,
+}
+"""Each fault's means; it returns seconds already spent restarting, if any."""

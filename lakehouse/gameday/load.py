@@ -1,0 +1,176 @@
+"""The load phase: traffic at a rate and at a multiple of it, Kafka's lag sampled while it
+flows, then the latencies read from the tables themselves, as `benchmarks.latency` reads
+them (it calls `latencies` too): Delta's change feed gives each silver row its commit time,
+its Kafka lineage leads to the record's timestamp in bronze, and `gold.model_runs` says
+which silver version each gold run read and when it ended."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.ops import status
+from lakehouse.ops.producer import TrafficSpec, produce
+
+UPDATES_PER_SESSION = 100
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    records: int
+    p50_s: float
+    p95_s: float
+    max_s: float
+
+
+@dataclass
+class LoadRun:
+    """One rate's figures."""
+
+    rate: float
+    seconds: float
+    sent: int = 0
+    lag: list[tuple[float, int]] = field(default_factory=list)
+    """(seconds since the phase began, Kafka records bronze had not read)."""
+    to_silver: Percentiles | None = None
+    to_gold: Percentiles | None = None
+    batch_ms: dict[str, float] = field(default_factory=dict)
+    """Median duration of a batch with input, per stream."""
+
+    @property
+    def lag_growth(self) -> float:
+        """Records a second by which the lag grew (least squares over the samples)."""
+        return slope(self.lag)
+
+    @property
+    def kept_up(self) -> bool:
+        """The lag did not grow by more than a twentieth of the rate."""
+        return self.lag_growth <= self.rate / 20
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "lag_growth": self.lag_growth, "kept_up": self.kept_up}
+
+
+def slope(points: list[tuple[float, int]]) -> float:
+    """Least squares slope of y over x; 0 for fewer than two points."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+    var = sum((x - mx) ** 2 for x, _ in points)
+    return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in points) / var
+
+
+def traffic_for(rate: float, seconds: float, seed: int, prefix: str) -> TrafficSpec:
+    """About `rate * seconds` records in sessions of `UPDATES_PER_SESSION` updates."""
+    sessions = max(1, math.ceil(rate * seconds / (UPDATES_PER_SESSION + 2) / 4))
+    return TrafficSpec(
+        seed=seed, sensors=4, first_sensor=1000 + seed * 10, sessions_per_sensor=sessions,
+        rows_per_snapshot=10, updates_per_session=UPDATES_PER_SESSION, topic_prefix=prefix,
+        partitions=2, session_stagger_seconds=1.0,
+    )  # fmt: skip
+
+
+def run_at(
+    spark: SparkSession,
+    settings: Any,
+    rate: float,
+    seconds: float,
+    seed: int,
+    wait_caught_up: Callable[[], float],
+) -> LoadRun:
+    """Send at `rate` for about `seconds`, sampling Kafka's lag every 2 s, then wait until
+    the pipeline caught up and read the figures of the records sent."""
+    run = LoadRun(rate, seconds)
+    began, since = time.monotonic(), datetime.now(UTC)
+    spec = traffic_for(rate, seconds, seed, settings.kafka.topic_prefix)
+    sending = threading.Thread(
+        target=lambda: setattr(
+            run, "sent", produce(spec, settings.kafka.bootstrap_servers, rate=rate).records
+        ),
+        daemon=True,
+    )
+    sending.start()
+    while sending.is_alive():
+        lags = status.kafka_lag(status.watermarks(settings), _read(spark, settings))
+        run.lag.append((time.monotonic() - began, sum(p.lag for p in lags)))
+        sending.join(2)
+    wait_caught_up()
+    run.to_silver, run.to_gold = latencies(spark, settings.storage.table_uri, since)
+    run.batch_ms = batch_medians(spark, settings.storage.table_uri, since)
+    return run
+
+
+def _read(spark: SparkSession, settings: Any) -> dict[tuple[str, int], int]:
+    from lakehouse.storage import positions
+
+    return positions.kafka_offsets(spark, settings.storage.checkpoint_uri("bronze.sensor_records"))
+
+
+def latencies(
+    spark: SparkSession, uri: Callable[[str], str], since: datetime
+) -> tuple[Percentiles, Percentiles]:
+    """Kafka timestamp → the silver commit that holds the record, and → the end of the first
+    gold run that read that commit, for the records Kafka stamped after `since`."""
+    kafka_time = (
+        spark.read.format("delta").load(uri("bronze.sensor_records"))
+        .where(F.col("kafka_timestamp") >= F.lit(since))
+        .select("topic", "partition", "offset", "kafka_timestamp")
+    )  # fmt: skip
+    committed = (
+        spark.read.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", 0).load(uri("silver.row_changes"))
+        .where(F.col("_change_type") == "insert")
+        .groupBy("topic", "partition", "offset")
+        .agg(F.min("_commit_timestamp").alias("at"), F.min("_commit_version").alias("version"))
+        .join(kafka_time, ["topic", "partition", "offset"])
+    )  # fmt: skip
+    gold_runs = (
+        spark.read.format("delta").load(uri("gold.model_runs"))
+        .where(F.col("model") == "gold.sensor_hourly")
+        .select(
+            F.col("source_versions")["silver.row_changes"].alias("read_version"),
+            (F.unix_micros("started_at") + (F.col("seconds") * 1e6).cast("long")).alias("ended"),
+        )
+    )  # fmt: skip
+    in_gold = (
+        committed.join(gold_runs, committed.version <= gold_runs.read_version)
+        .groupBy("topic", "partition", "offset", "kafka_timestamp")
+        .agg(F.min("ended").alias("ended"))
+    )
+    return seconds_between(committed, F.unix_micros("at")), seconds_between(in_gold, F.col("ended"))
+
+
+def seconds_between(rows: DataFrame, end_micros: Column) -> Percentiles:
+    latency = (end_micros - F.unix_micros("kafka_timestamp")) / 1e6
+    found = rows.select(latency.alias("s")).agg(
+        F.count("*"),
+        F.percentile_approx("s", 0.5, 10_000),
+        F.percentile_approx("s", 0.95, 10_000),
+        F.max("s"),
+    )
+    count, p50, p95, worst = found.first() or (0, 0.0, 0.0, 0.0)
+    return Percentiles(count, p50 or 0.0, p95 or 0.0, worst or 0.0)
+
+
+def batch_medians(
+    spark: SparkSession, uri: Callable[[str], str], since: datetime
+) -> dict[str, float]:
+    """Median milliseconds of the streams' batches with input since `since` (ops.progress)."""
+    medians = {}
+    for node in ("bronze", "silver"):
+        found = (
+            spark.read.format("delta").load(uri(f"ops.{node}_progress"))
+            .where((F.col("started_at") >= F.lit(since)) & (F.col("input_rows") > 0))
+            .agg(F.percentile_approx("duration_ms", 0.5)).first()
+        )  # fmt: skip
+        medians[node] = float((found[0] if found else None) or 0)
+    return medians
