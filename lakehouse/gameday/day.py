@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -26,7 +25,12 @@ from lakehouse.gameday.reconcile import KafkaRecord, Tally
 from lakehouse.gameday.scenario import Scenario, Step
 from lakehouse.ops import status
 from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.services.kafka import watermarks
+from lakehouse.storage import positions
 
+POLL_S = 3.0
+"""How often a step asks whether the pipeline caught up: each asking is Spark work beside
+the pipeline's, on the same cores."""
 RECOVERY_S = 300.0
 """How long a step waits for the pipeline to catch up before its verdict is FAIL."""
 
@@ -94,12 +98,17 @@ class Day:
             self.sent.setdefault(record[:3], record)
 
     def caught_up(self) -> bool:
-        """Bronze has read every Kafka record; silver and gold every version of their inputs."""
-        found = status.status(self.spark, self.space.settings)
-        if found.kafka_error or any(p.lag or p.read_to is None for p in found.kafka):
+        """Bronze has read every Kafka record; silver and gold every version of their
+        inputs. Kafka first: while bronze lags, the rest need not be read."""
+        settings = self.space.settings
+        read = positions.kafka_offsets(
+            self.spark, settings.storage.checkpoint_uri("bronze.sensor_records")
+        )
+        if not read or any(p.lag for p in status.kafka_lag(watermarks(settings), read)):
             return False
-        read = {(r.reader, r.table) for r in found.readers if not r.rows_behind}
-        return len(read) == len({(r.name, r.table) for r in READERS})
+        lags = status.readers_behind(self.spark, settings, READERS)
+        done = {(r.reader, r.table) for r in lags if not r.rows_behind}
+        return len(done) == len({(r.name, r.table) for r in READERS})
 
     def recover(self) -> float:
         """Seconds until the pipeline caught up; LakehouseError if it did not in time."""
@@ -109,7 +118,7 @@ class Day:
                 raise LakehouseError(f"the pipeline ended (its log: {self.pipeline.log})")
             if time.monotonic() - began > RECOVERY_S:
                 raise LakehouseError(f"not caught up after {RECOVERY_S:.0f} s")
-            time.sleep(1)
+            time.sleep(POLL_S)
         return time.monotonic() - began
 
     def reconcile(self) -> list[Tally]:
@@ -165,7 +174,7 @@ def kill(day: Day, step: Step) -> float:
     )
     if day.space.on_s3:
         raise Skipped("a moment on S3 is struck by the fault tests' proxy; not yet by game day")
-    moment = faults.LocalMoment(step.moment, Path(checkpoint), Path(table))
+    moment = faults.LocalMoment(step.moment, day.space.local(checkpoint), day.space.local(table))
     day.send()
     faults.strike_at(moment, day.pipeline.kill, RECOVERY_S, day.pipeline.alive)
     began = time.monotonic()

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.ops import status
 from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.services.kafka import watermarks
 
 UPDATES_PER_SESSION = 100
 
@@ -100,7 +101,7 @@ def run_at(
     )
     sending.start()
     while sending.is_alive():
-        lags = status.kafka_lag(status.watermarks(settings), _read(spark, settings))
+        lags = status.kafka_lag(watermarks(settings), _read(spark, settings))
         run.lag.append((time.monotonic() - began, sum(p.lag for p in lags)))
         sending.join(2)
     wait_caught_up()

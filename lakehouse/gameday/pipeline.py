@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from urllib.parse import urlparse
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import EMBEDDED, CatalogSettings, Settings, load_settings
@@ -54,6 +55,10 @@ class Namespace:
     def on_s3(self) -> bool:
         return self.settings.storage.root.startswith("s3a://")
 
+    def local(self, uri: str) -> Path:
+        """The folder a `file:` URI of a local lake names."""
+        return Path(urlparse(uri).path)
+
 
 def open_namespace(target: str | None, day_id: str) -> Namespace:
     """Game day `day_id`'s namespace on `target`, its broker started if it has its own."""
@@ -65,8 +70,13 @@ def open_namespace(target: str | None, day_id: str) -> Namespace:
         bootstrap = broker.start()
     else:
         bootstrap = resolve_bootstrap(deployed)
-    env = namespace_env(deployed, day_id, folder, bootstrap)
-    settings = load_settings(target, environ={**os.environ, **env})
+    try:
+        env = namespace_env(deployed, day_id, folder, bootstrap)
+        settings = load_settings(target, environ={**os.environ, **env})
+    except BaseException:
+        if broker is not None:
+            broker.stop()
+        raise
     return Namespace(day_id, folder, target, env, settings, broker, deployed)
 
 
@@ -86,15 +96,16 @@ def namespace_env(deployed: Settings, day_id: str, folder: Path, bootstrap: str)
         "catalog.metastore": "none",
         "spark.master": services.master,
         "spark.conf": json.dumps(spark_conf),
-        "s3.endpoint": services.s3_endpoint or "",
-        "s3.access_key": services.s3_keys[0],
-        "s3.secret_key": services.s3_keys[1],
         "bronze.trigger_interval": TRIGGER,
         "silver.trigger_interval": TRIGGER,
         "gold.every_seconds": str(GOLD_EVERY_S),
         "lineage.transport": "file",
         "metrics.enabled": "false",
     }
+    if services.s3_endpoint:
+        keys["s3.endpoint"] = services.s3_endpoint
+    if services.s3_keys[0]:
+        keys["s3.access_key"], keys["s3.secret_key"] = services.s3_keys
     return {f"LAKEHOUSE__{k.replace('.', '__').upper()}": v for k, v in keys.items()}
 
 

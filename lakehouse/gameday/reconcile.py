@@ -49,7 +49,7 @@ class Tally:
 def kafka_vs_bronze(
     sent: Iterable[KafkaRecord],
     held: Sequence[KafkaRecord],
-    accepted: Iterable[tuple[str, int, int, int]],
+    accepted: Iterable[Loss] = (),
 ) -> Tally:
     """Every record sent once in bronze (its table or its quarantine), byte for byte, but
     those in an `accepted` loss: (topic, partition, from offset, to offset) half-open."""

@@ -4,6 +4,7 @@ phase against its own pipeline, one report; the namespace removed unless kept.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 import uuid
@@ -12,7 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lakehouse import PROJECT_ROOT
 from lakehouse.core.console import echo
 from lakehouse.gameday import load
 from lakehouse.gameday.day import Day, Verdict, run_step
@@ -60,33 +60,43 @@ def gameday(
 ) -> tuple[Report, Path]:  # fmt: skip
     """Run `scenario` on `target` in a namespace of its own: the report and its JSON's path."""
     day_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+    named = target or os.environ.get("LAKEHOUSE_TARGET", "local")
     if scenario.load is not None and (rate or multiply):
         scenario = replace(scenario, load=_load(scenario.load, rate, multiply))
     began = time.monotonic()
-    report = Report(target, scenario.name, day_id, datetime.now(UTC).isoformat(timespec="seconds"))
+    report = Report(named, scenario.name, day_id, datetime.now(UTC).isoformat(timespec="seconds"))
     space = open_namespace(target, day_id)
-    echo(
-        f"game day {day_id} on {target}: topics {space.prefix}*, lake {space.settings.storage.root}"
-    )
-    spark = build_spark(space.settings, app_name="lakehouse-gameday")
-    # The verdicts count what is readable: a data file gone is its records lost, not a crash.
-    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
-    day = Day(space, spark, scenario)
+    root = space.settings.storage.root
+    echo(f"game day {day_id} on {named}: topics {space.prefix}*, lake {root}")
     try:
-        day.pipeline.start()
-        for number, step in enumerate(scenario.steps, 1):
-            echo(f"[{number}/{len(scenario.steps)}] {step.name} ...")
-            report.verdicts.append(run_step(day, step, number))
-            echo(report.verdicts[-1].line())
-        if scenario.load is not None:
-            report.load = load_phase(day, scenario.load)
+        report.verdicts, report.load = run_in(space, scenario)
     finally:
-        day.pipeline.stop()
+        if space.broker is not None:
+            space.broker.stop()
         report.seconds = time.monotonic() - began
         written = write_report(report, space)
         if not keep:
             remove(space)
     return report, written
+
+
+def run_in(space: Namespace, scenario: Scenario) -> tuple[list[Verdict], list[load.LoadRun]]:
+    """The scenario's steps and load phase against the namespace's own pipeline."""
+    spark = build_spark(space.settings, app_name="lakehouse-gameday")
+    # The verdicts count what is readable: a data file gone is its records lost, not a crash.
+    spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
+    day, verdicts, runs = Day(space, spark, scenario), list[Verdict](), list[load.LoadRun]()
+    try:
+        day.pipeline.start()
+        for number, step in enumerate(scenario.steps, 1):
+            echo(f"[{number}/{len(scenario.steps)}] {step.name} ...")
+            verdicts.append(run_step(day, step, number))
+            echo(verdicts[-1].line())
+        if scenario.load is not None:
+            runs = load_phase(day, scenario.load)
+    finally:
+        day.pipeline.stop()
+    return verdicts, runs
 
 
 def load_phase(day: Day, plan: Load) -> list[load.LoadRun]:
@@ -129,9 +139,7 @@ def remove(space: Namespace) -> None:
     """The namespace's topics, lake and folders, and its broker."""
     from confluent_kafka.admin import AdminClient
 
-    if space.broker is not None:
-        space.broker.stop()
-    else:
+    if space.broker is None:
         admin = AdminClient({"bootstrap.servers": space.bootstrap})
         topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(space.prefix)]
         for future in admin.delete_topics(topics).values() if topics else []:
@@ -147,5 +155,5 @@ def remove(space: Namespace) -> None:
             if keys:
                 client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
     else:
-        shutil.rmtree(PROJECT_ROOT / root, ignore_errors=True)
+        shutil.rmtree(space.local(root), ignore_errors=True)
     shutil.rmtree(space.folder, ignore_errors=True)

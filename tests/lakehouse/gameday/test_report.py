@@ -1,0 +1,54 @@
+"""What a game day says: one line a step, the load's growth of lag, the report's page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lakehouse.gameday.day import Verdict
+from lakehouse.gameday.load import LoadRun, Percentiles, slope
+from lakehouse.gameday.reconcile import Tally
+from lakehouse.gameday.run import Report, load_line
+from lakehouse.report.gameday_page import write_gameday_page
+
+
+def test_a_step_reads_as_one_line_and_a_failure_names_what_was_lost() -> None:
+    passed = Verdict("kill silver at after-commit", "PASS", [Tally("kafka ↔ bronze")], 14.25)
+    assert (
+        passed.line() == "PASS kill silver at after-commit: 0 lost, 0 doubled, recovered in 14.2 s"
+    )
+    lost = Tally("kafka ↔ bronze", lost=3, examples=("lost ('t', 0, 5)",))
+    failed = Verdict("long-stop for 30 s", "FAIL", [lost, Tally("bronze ↔ silver", doubled=1)])
+    assert failed.line().splitlines() == [
+        "FAIL long-stop for 30 s: 3 lost, 1 doubled",
+        "  kafka ↔ bronze: 3 lost, 0 doubled, 0 altered (e.g. lost ('t', 0, 5))",
+        "  bronze ↔ silver: 0 lost, 1 doubled, 0 altered",
+    ]
+    assert Verdict("worker-kill", "SKIP", note="needs a cluster").line() == (
+        "SKIP worker-kill: needs a cluster"
+    )
+
+
+def test_the_lag_kept_up_when_it_did_not_grow_by_a_twentieth_of_the_rate() -> None:
+    assert slope([(0, 0), (2, 40), (4, 80)]) == 20
+    assert slope([(1, 5)]) == 0
+    assert LoadRun(100, 30, lag=[(0, 0), (2, 9), (4, 18)]).kept_up  # 4.5/s of 100/s
+    behind = LoadRun(1000, 30, lag=[(0, 0), (2, 500), (4, 1000)])
+    assert not behind.kept_up
+    assert load_line(behind) == "1,000/s: fell behind (lag grew 250 records/s)"
+
+
+def test_the_page_shows_each_verdict_and_the_load_with_its_images(tmp_path: Path) -> None:
+    report = Report("local", "default", "day-1", "2026-12-06T08:00:00+00:00", seconds=61)
+    report.verdicts = [
+        Verdict("baseline", "PASS", [Tally("kafka ↔ bronze")], 3.0, seconds=20),
+        Verdict("worker-kill", "SKIP", note="needs a cluster", seconds=0.1),
+    ]
+    fast = Percentiles(10, 1.5, 2.5, 3.0)
+    report.load = [LoadRun(100, 30, 3000, [(0, 0), (2, 3)], fast, fast)]
+    assert report.passed and report.highest_rate_kept_up() == 100
+    page = write_gameday_page(tmp_path, report.as_json())
+    text = page.read_text()
+    assert "Game day day-1: passed" in text and "SKIP worker-kill: needs a cluster" in text
+    assert "p50 1.5 s, p95 2.5 s" in text
+    assert (tmp_path / "gameday" / "timeline.png").stat().st_size > 1000
+    assert (tmp_path / "gameday" / "lag.png").stat().st_size > 1000
