@@ -24,7 +24,9 @@ def add_commands(commands: Any) -> None:
         "(<local_state>/gameday/) and a page of the report site. The deployment's tables, "
         "topics and jobs are never touched.",
     )
-    command.add_argument("--scenario", type=Path, help="scenario YAML (default: conf/gameday.yaml)")
+    command.add_argument(
+        "--scenario", type=Path, help="scenario YAML (default: conf/gameday/default.yaml)"
+    )
     command.add_argument("--rate", type=float, help="the load phase's rate, records/s")
     command.add_argument("--multiply", type=float, help="the load phase's multiple of the rate")
     command.add_argument("--keep", action="store_true", help="keep the namespace afterwards")

@@ -1,5 +1,5 @@
 """A game day's scenario: the traffic each step sends, its faults in order, and the load
-phase. Read from YAML (`conf/gameday.yaml` is the default), checked whole before anything
+phase. Read from YAML (`conf/gameday/default.yaml` is the default), checked whole before anything
 runs: a scenario that names an unknown fault or a wrong field is one line, not a failure
 half-way through a day."""
 
@@ -15,7 +15,7 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.core.errors import LakehouseError
 from lakehouse.ops.producer import FAULTS as TRAFFIC_FAULTS
 
-DEFAULT = PROJECT_ROOT / "conf" / "gameday.yaml"
+DEFAULT = PROJECT_ROOT / "conf" / "gameday" / "default.yaml"
 
 MOMENTS = ("before-writes", "after-delta-commit", "after-commit")
 """Moments of a stream's batch at which `kill` strikes: once it has planned the batch (its

@@ -19,6 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.definitions import MODELS
+from lakehouse.gameday import reference
 from lakehouse.ops.producer import produce
 from lakehouse.runtime.incremental import run_models
 from lakehouse.services.cluster import EmbeddedCluster
@@ -29,7 +30,6 @@ from tests.support import (
     command_lines_seen,
     lakehouse_command,
     overrides,
-    reference,
     run_lakehouse,
     settings_for,
     spark_log_of,

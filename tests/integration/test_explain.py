@@ -19,12 +19,12 @@ from pyspark.sql import functions as F
 
 from lakehouse import definitions as pipeline
 from lakehouse.core.settings import Settings
+from lakehouse.gameday.reference import ROW_FIELDS, reconstruct, session_of
 from lakehouse.ops import explain
 from lakehouse.ops.producer import Record, TrafficSpec, create_topics, generate_traffic
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.browser import render
 from tests.support.kafka import consume_all
-from tests.support.reference import ROW_FIELDS, reconstruct, session_of
 
 pytestmark = pytest.mark.integration
 

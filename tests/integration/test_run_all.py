@@ -1,6 +1,7 @@
 """`lakehouse run all --continuous`: the streams and gold's schedule in one application,
-stopped mid-batch and restarted, with the broker stopped under it, and stopped for good by
-a `fail` expectation, each against the real broker, Spark and Delta."""
+stopped for good by a `fail` expectation, and its parts starting side by side on new lakes,
+against the real broker, Spark and Delta. (The broker stopped under it and a stop and
+restart: tests/integration/test_gameday.py, through game day's steps.)"""
 
 from __future__ import annotations
 
@@ -10,31 +11,22 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
-from lakehouse.definitions import MODELS
-from lakehouse.gameday import reference
 from lakehouse.ops.producer import produce
-from lakehouse.runtime.incremental import run_models
-from lakehouse.services.kafka import EmbeddedKafka
-from silver import reconstruct
 from tests.support import (
-    foreign_lines,
     lineage_events,
     overrides,
     settings_for,
     start_lakehouse,
 )
-from tests.support.gold import assert_gold_equals_pandas_from_silver
-from tests.support.kafka import as_tuples, consume_all
-from tests.support.silver import assert_matches, silver_tables, small_spec
+from tests.support.silver import small_spec
 
 pytestmark = pytest.mark.integration
 
@@ -83,86 +75,6 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, job: 
         assert job.job.poll() is None, f"the job ended waiting for {what}:\n{job.text[-3000:]}"
         assert time.monotonic() < deadline, f"no {what} after {timeout_s}s:\n{job.text[-3000:]}"
         time.sleep(0.2)
-
-
-def batches(folder: Path) -> set[int]:
-    return {int(p.name) for p in folder.glob("[0-9]*")} if folder.exists() else set()
-
-
-def in_flight(checkpoint: Path) -> int | None:
-    """The batch a stream planned and has not committed, if one."""
-    running = batches(checkpoint / "offsets") - batches(checkpoint / "commits")
-    return max(running, default=None)
-
-
-def assert_exact(spark: SparkSession, settings: Settings, bootstrap: str, prefix: str) -> None:
-    """Bronze holds every record in Kafka once; silver equals the reference built from them."""
-    bronze = spark.read.format("delta").load(settings.storage.table_uri("bronze.sensor_records"))
-    rows = as_tuples(bronze.collect())
-    in_kafka = consume_all(bootstrap, prefix)
-    assert len(rows) == len(set(rows)) and set(rows) == in_kafka
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in in_kafka])
-    assert_matches(silver_tables(spark, settings), expected)
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[EmbeddedKafka]:
-    """A broker of the test's own: the test stops it."""
-    broker = EmbeddedKafka(tmp_path / "kafka")
-    broker.start()
-    yield broker
-    broker.stop()
-
-
-@pytest.mark.faults
-def test_a_broker_stopped_for_20_s_and_a_sigterm_mid_batch_lose_and_double_nothing(
-    spark: SparkSession, own_broker: EmbeddedKafka, tmp_path: Path
-) -> None:
-    """With traffic flowing, the broker is stopped for 20 s under the running pipeline and
-    started again: the streams go on by themselves, new topics included. SIGTERM while a
-    silver batch is in flight commits that batch and exits 0; a restart then ends where
-    an uninterrupted run does."""
-    prefix, bootstrap = "all.sensors.", own_broker.start()
-    env = overrides(tmp_path, bootstrap, prefix, **FAST)
-    settings = settings_for(tmp_path, bootstrap, prefix, **FAST)
-    table = spark.read.format("delta").load
-    bronze = settings.storage.table_uri("bronze.sensor_records")
-    silver = tmp_path / "lake" / "_checkpoints" / "silver" / "sessions_stream"
-    first = produce(small_spec(41, FAULTS, topic_prefix=prefix), bootstrap)
-    job = Console(start_lakehouse("run", "all", "--continuous", env=env))
-    try:
-        wait_for(lambda: 1 in batches(silver / "commits"), 240, "silver's data", job)
-        assert table(bronze).count() == first.records
-        own_broker.stop()
-        time.sleep(20)
-        own_broker.start()
-        # to topics the running bronze has not seen yet
-        second = produce(small_spec(42, FAULTS, first_sensor=3, topic_prefix=prefix), bootstrap)
-        total = first.records + second.records
-        wait_for(lambda: table(bronze).count() >= total, 300, "bronze to catch up", job)
-        wait_for(lambda: in_flight(silver) is not None, 120, "a silver batch in flight", job)
-        stopped_in = in_flight(silver)
-        code = job.stop()
-    finally:
-        job.job.kill()
-
-    assert code == 0, job.text[-3000:]
-    assert "run all: SIGTERM received, stopping after this batch" in job.text
-    assert stopped_in in batches(silver / "commits"), "the batch running at SIGTERM committed"
-    assert not foreign_lines(job.text), job.text
-    # each restart said and recorded, if the broker's absence failed bronze at all
-    restarts = job.text.count("; restarting in ")
-    progress = table(settings.storage.table_uri("ops.bronze_progress"))
-    assert progress.where("status = 'restarted'").count() == restarts, job.text
-    produce(small_spec(43, FAULTS, first_sensor=5, topic_prefix=prefix), bootstrap)
-    # The restart, in this process's Spark (a CLI run costs a JVM): the claim is where the
-    # jobs end from what the stopped run left, not the command.
-    sensor_records.run(spark, settings)
-    reconstruct.run(spark, settings)
-    run_models(spark, settings.storage, MODELS)
-    assert_exact(spark, settings, bootstrap, prefix)
-    # gold ran beside the streams, and incrementally on what those runs left
-    assert_gold_equals_pandas_from_silver(spark, settings)
 
 
 def test_a_fail_expectation_stops_every_part_with_its_line(
