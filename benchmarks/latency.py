@@ -37,15 +37,16 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from benchmarks.common import broker, run_environ
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import load_settings
+from lakehouse.gameday.load import latencies
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.runtime.spark import build_spark
-from silver import reconstruct, row_changes
+from silver import reconstruct
 
 # The line `lakehouse run` prints after each batch (lakehouse/runtime/streams.py).
 SILVER_READ = re.compile(rf"{re.escape(reconstruct.QUERY_NAME)}: batch \d+ .* ([\d,]+) this run")
@@ -222,48 +223,17 @@ def report(
 ) -> float:
     """p50/p95 of Kafka timestamp -> silver commit, and -> the gold run that read it, of the
     records sent after the warm-up; the p95 to silver."""
-    kafka_time = (
-        spark.read.format("delta")
-        .load(uri("bronze.sensor_records"))
-        .where(F.col("kafka_timestamp") >= F.lit(measured_from))
-        .select("topic", "partition", "offset", "kafka_timestamp")
-    )
-    committed = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .load(uri(row_changes.NAME))
-        .where(F.col("_change_type") == "insert")
-        .groupBy("topic", "partition", "offset")
-        .agg(F.min("_commit_timestamp").alias("at"), F.min("_commit_version").alias("version"))
-        .join(kafka_time, ["topic", "partition", "offset"])
-    )
-    gold_runs = (
-        spark.read.format("delta")
-        .load(uri("gold.model_runs"))
-        .where(F.col("model") == "gold.sensor_hourly")
-        .select(
-            F.col("source_versions")[row_changes.NAME].alias("read_version"),
-            (F.unix_micros("started_at") + (F.col("seconds") * 1e6).cast("long")).alias("ended"),
-        )
-    )
-    in_gold = (
-        committed.join(gold_runs, committed.version <= gold_runs.read_version)
-        .groupBy("topic", "partition", "offset", "kafka_timestamp")
-        .agg(F.min("ended").alias("ended"))
-    )
-    silver_s = seconds_between(committed, F.unix_micros("at"))
-    gold_s = seconds_between(in_gold, F.col("ended"))
+    to_silver, to_gold = latencies(spark, uri, measured_from)  # as game day reads them
     deployed = "bronze, silver, gold apart" if args.separate else "run all"
     print(f"\n{deployed}: rate {rate:,.0f} records/s for {args.seconds:.0f}s, gold every "
           f"{args.gold_every:.0f}s")  # fmt: skip
-    for label, (count, p50, p95, worst) in (("silver commit", silver_s), ("gold run", gold_s)):
+    for label, found in (("silver commit", to_silver), ("gold run", to_gold)):
         print(
-            f"Kafka timestamp -> {label:<14} p50 {p50:6.1f}s  p95 {p95:6.1f}s  "
-            f"max {worst:6.1f}s  ({count:,} records)"
+            f"Kafka timestamp -> {label:<14} p50 {found.p50_s:6.1f}s  p95 {found.p95_s:6.1f}s  "
+            f"max {found.max_s:6.1f}s  ({found.records:,} records)"
         )
     print_batches(spark, uri, measured_from)
-    return silver_s[2]
+    return to_silver.p95_s
 
 
 def print_batches(spark: SparkSession, uri: Callable[[str], str], measured_from: datetime) -> None:
@@ -287,18 +257,6 @@ def print_batches(spark: SparkSession, uri: Callable[[str], str], measured_from:
             f"{node} batches: {n}, {rows or 0:,.0f} records each on average, "
             f"p50 {(p50_ms or 0) / 1000:.1f}s, max {(max_ms or 0) / 1000:.1f}s"
         )
-
-
-def seconds_between(rows: DataFrame, end_micros: Column) -> tuple[int, float, float, float]:
-    latency = (end_micros - F.unix_micros("kafka_timestamp")) / 1e6
-    found = rows.select(latency.alias("s")).agg(
-        F.count("*"),
-        F.percentile_approx("s", 0.5, 10_000),
-        F.percentile_approx("s", 0.95, 10_000),
-        F.max("s"),
-    )
-    count, p50, p95, worst = found.first() or (0, 0.0, 0.0, 0.0)
-    return count, p50, p95, worst
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -153,6 +154,8 @@ def run_step(day: Day, step: Step, number: int) -> Verdict:
         verdict.outcome, verdict.note = "SKIP", str(why)
     except Exception as error:  # the step failed; the day goes on to say so
         verdict.outcome, verdict.note = "FAIL", first_line(str(error))
+        with suppress(Exception):  # what the lake holds anyway, to name what is wrong
+            verdict.tallies = day.reconcile()
         if not day.pipeline.alive():
             day.pipeline.start()
     verdict.seconds = time.monotonic() - began
@@ -188,6 +191,7 @@ def broker_stop(day: Day, step: Step) -> None:
     if broker is None:
         raise Skipped("the target's broker is not one game day started")
     day.send()
+    day.recover()  # under a pipeline that runs: at its start a broker away is a failure
     broker.stop()
     time.sleep(step.seconds)
     broker.start()

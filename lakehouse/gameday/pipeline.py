@@ -114,7 +114,8 @@ class Pipeline:
     that a kill takes its JVM with it, as a lost machine would."""
 
     def __init__(self, space: Namespace) -> None:
-        self.space, self.log = space, space.folder / "pipeline.log"
+        # Beside the report, not in the namespace: kept when the namespace is removed.
+        self.space, self.log = space, space.folder.parent / f"{space.day_id}.pipeline.log"
         self.job: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -25,7 +25,7 @@ traffic: {sensors: 2, sessions_per_sensor: 2, rows_per_snapshot: 5, updates_per_
           resync_every: 8, faults: {gap: 1, duplicate: 1, malformed_json: 1}}
 steps:
   - broker-stop: {seconds: 10}
-  - long-stop: {seconds: 20}
+  - long-stop: {seconds: 5}
 load: null
 """
 
@@ -49,15 +49,14 @@ def test_gameday_passes_a_broker_stop_and_fails_a_tampered_lake_naming_the_step(
 
     job = start_lakehouse("gameday", "--scenario", str(scenario), env=env)
     lines: list[str] = []
-    tampered = threading.Event()
+    tampered: list[int] = []  # the records of the bronze file deleted
 
     def read() -> None:
         assert job.stdout is not None
         for line in job.stdout:
             lines.append(line.rstrip("\n"))
             if line.startswith("[2/2] long-stop"):
-                tamper(spark, lake / "_gameday")
-                tampered.set()
+                tampered.append(tamper(spark, lake / "_gameday"))
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -68,29 +67,35 @@ def test_gameday_passes_a_broker_stop_and_fails_a_tampered_lake_naming_the_step(
     reader.join(10)
     text = "\n".join(lines)
 
-    assert tampered.is_set(), text
+    assert tampered and tampered[0] > 0, text
     assert code == 1, text
     assert "PASS broker-stop for 10 s: 0 lost, 0 doubled, recovered in" in text, text
-    failed = next(line for line in lines if line.startswith("FAIL long-stop for 20 s"))
-    lost, doubled = _count(failed, "lost"), _count(failed, "doubled")
-    assert lost >= 1 and doubled == 1, failed
-    assert "  kafka ↔ bronze: " in text and "  bronze ↔ silver: 0 lost, 1 doubled" in text, text
-    assert "game day FAILED: 1 passed, 1 failed: long-stop for 20 s" in text, text
+    # Named: the step, the bronze file's records lost, the silver row change doubled.
+    assert any(line.startswith("FAIL long-stop for 5 s: ") for line in lines), text
+    bronze = next(line for line in lines if line.startswith("  kafka ↔ bronze: "))
+    assert bronze.startswith(f"  kafka ↔ bronze: {tampered[0]} lost, 0 doubled"), bronze
+    silver = next(line for line in lines if line.startswith("  bronze ↔ silver: "))
+    assert _count(silver, "doubled") == 1, silver
+    assert "game day FAILED: 1 passed, 1 failed: long-stop for 5 s" in text, text
     # The live lake as it was: no file added, changed or removed; the namespace gone.
     assert files_and_versions(lake) == before
     assert not (lake / "_gameday").exists()
 
 
-def tamper(spark: SparkSession, namespaces: Path) -> None:
+def tamper(spark: SparkSession, namespaces: Path) -> int:
     """Between two steps: one committed bronze data file deleted, one silver row change
-    appended again, as a faulty job or a person might."""
+    appended again, as a faulty job or a person might; the records of the file."""
     time.sleep(3)  # the pipeline stopping after its batch
     [root] = list(namespaces.iterdir())
-    bronze_file = min((root / "bronze" / "sensor_records").rglob("part-*.parquet"))
+    # the oldest: silver read it in the step before, so only the reconciler can miss it
+    files = (root / "bronze" / "sensor_records").rglob("part-*.parquet")
+    bronze_file = min(files, key=lambda p: p.stat().st_mtime)
+    records = spark.read.parquet(str(bronze_file)).count()
     bronze_file.unlink()
     changes = str(root / "silver" / "row_changes")
     one = spark.read.format("delta").load(changes).limit(1)
     one.write.format("delta").mode("append").save(changes)
+    return records
 
 
 def _count(line: str, what: str) -> int:
