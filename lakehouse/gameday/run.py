@@ -8,6 +8,7 @@ import os
 import shutil
 import time
 import uuid
+from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,4 +157,6 @@ def remove(space: Namespace) -> None:
                 client.delete_objects(Bucket=bucket, Delete={"Objects": keys})
     else:
         shutil.rmtree(space.local(root), ignore_errors=True)
+        with suppress(OSError):  # the last namespace of the lake: no `_gameday` left behind
+            space.local(root).parent.rmdir()
     shutil.rmtree(space.folder, ignore_errors=True)
