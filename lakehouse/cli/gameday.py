@@ -24,6 +24,11 @@ def add_commands(commands: Any) -> None:
         "(<local_state>/gameday/) and a page of the report site. The deployment's tables, "
         "topics and jobs are never touched.",
     )
+    # Also after the command, as the issue's and the docs' examples write it; given only
+    # when given, so that `lakehouse --target X gameday` keeps X.
+    command.add_argument(
+        "--target", default=argparse.SUPPRESS, help="settings target (as before the command)"
+    )
     command.add_argument(
         "--scenario", type=Path, help="scenario YAML (default: conf/gameday/default.yaml)"
     )

@@ -114,6 +114,12 @@ def parse(data: Any, default_name: str = "scenario") -> Scenario:
     unknown = set(traffic.faults) - set(TRAFFIC_FAULTS)
     if unknown:
         raise ValueError(f"traffic.faults: unknown {sorted(unknown)}; known: {TRAFFIC_FAULTS}")
+    sessions = traffic.sensors * traffic.sessions_per_sensor
+    if sum(traffic.faults.values()) > sessions:
+        raise ValueError(
+            f"traffic: {sum(traffic.faults.values())} faults but {sessions} sessions a step; "
+            "each fault needs a session of its own"
+        )
     load = top.get("load", {})
     return Scenario(
         name=str(top.get("name", default_name)),

@@ -41,6 +41,9 @@ def test_a_step_given_by_name_alone_takes_its_defaults_and_numbers_become_floats
         ({"steps": ["baseline"], "traffic": {"faults": {"fire": 1}}},
          "traffic.faults: unknown ['fire']"),
         ({"steps": ["baseline"], "load": {"rate": True}}, "load: rate must be a float"),
+        ({"steps": ["baseline"], "traffic": {"sensors": 1, "sessions_per_sensor": 1,
+                                             "faults": {"gap": 2}}},
+         "traffic: 2 faults but 1 sessions a step"),
         ({"steps": ["baseline"], "when": "now"}, "the scenario: unknown ['when']"),
     ],
 )  # fmt: skip
