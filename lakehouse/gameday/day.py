@@ -129,6 +129,7 @@ class Day:
             self.sent.values(), lake.bronze_records(self.spark, self.space.settings), accepted
         )
         kept = [r for r in self.sent.values() if not _in(r, accepted)]
+        kept = [r for r in kept if reference.reaches_silver(r[3], r[4])]
         expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
         silver = reconcile.silver_vs_reference(
             lake.silver_found(self.spark, self.space.settings), expected

@@ -11,6 +11,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakehouse.ops.producer import MAX_VALUE_BYTES
+
 ROW_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
 
 
@@ -28,6 +30,12 @@ class Expected:
     """(session, reason, offset) -> count"""
     changes: Counter[tuple[Session, str, str, int]] = field(default_factory=Counter)
     """(session, row, op, seq) -> count"""
+
+
+def reaches_silver(key: bytes | None, value: bytes | None) -> bool:
+    """Whether bronze's gate passes a record on to silver: keyed, with a value within the
+    protocol's bound (`expectations/bronze/sensor_records.json` quarantines the others)."""
+    return key is not None and value is not None and len(value) <= MAX_VALUE_BYTES
 
 
 def session_of(value: bytes) -> str | None:

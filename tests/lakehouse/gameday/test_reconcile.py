@@ -69,3 +69,11 @@ def test_gold_rows_by_key_lost_doubled_and_altered() -> None:
     assert (found.lost, found.doubled, found.altered) == (1, 2, 0)
     rows[2]["n"] = 0.0
     assert reconcile.rows_vs_reference("gold.t", rows, ("k", "h"), expected).altered == 1
+
+
+def test_silver_is_owed_only_the_records_bronze_passes_on() -> None:
+    assert reference.reaches_silver(b"s-1", b"{}")
+    assert not reference.reaches_silver(None, b"{}")  # quarantined by bronze: key_present
+    assert not reference.reaches_silver(b"s-1", None)
+    assert reference.reaches_silver(b"s-1", b"x" * 262_144)
+    assert not reference.reaches_silver(b"s-1", b"x" * 262_145)
