@@ -48,8 +48,9 @@ class LoadRun:
 
     @property
     def lag_growth(self) -> float:
-        """Records a second by which the lag grew (least squares over the samples)."""
-        return slope(self.lag)
+        """Records a second by which the lag grew over the phase's second half (least
+        squares): its first half is the pipeline's first batches at the new rate."""
+        return slope(self.lag[len(self.lag) // 2 :])
 
     @property
     def kept_up(self) -> bool:

@@ -31,8 +31,9 @@ def test_a_step_reads_as_one_line_and_a_failure_names_what_was_lost() -> None:
 def test_the_lag_kept_up_when_it_did_not_grow_by_a_twentieth_of_the_rate() -> None:
     assert slope([(0, 0), (2, 40), (4, 80)]) == 20
     assert slope([(1, 5)]) == 0
-    assert LoadRun(100, 30, lag=[(0, 0), (2, 9), (4, 18)]).kept_up  # 4.5/s of 100/s
-    behind = LoadRun(1000, 30, lag=[(0, 0), (2, 500), (4, 1000)])
+    # the first half is the first batches at the new rate: only the second half counts
+    assert LoadRun(100, 30, lag=[(0, 0), (2, 400), (4, 409), (6, 418)]).kept_up  # 4.5/s
+    behind = LoadRun(1000, 30, lag=[(0, 0), (2, 0), (4, 500), (6, 1000)])
     assert not behind.kept_up
     assert load_line(behind) == "1,000/s: fell behind (lag grew 250 records/s)"
 
