@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
@@ -84,12 +84,7 @@ class Day:
             first_sensor=1 + 10 * self.step_number,
             topic_prefix=self.space.prefix,
             partitions=2,
-            sensors=self.scenario.traffic.sensors,
-            sessions_per_sensor=self.scenario.traffic.sessions_per_sensor,
-            rows_per_snapshot=self.scenario.traffic.rows_per_snapshot,
-            updates_per_session=self.scenario.traffic.updates_per_session,
-            resync_every=self.scenario.traffic.resync_every,
-            faults=dict(self.scenario.traffic.faults),
+            **asdict(self.scenario.traffic),
         )
         produce(replace(spec, **changes), self.space.bootstrap)  # type: ignore[arg-type]
         self.remember()
@@ -128,17 +123,13 @@ class Day:
         bronze = reconcile.kafka_vs_bronze(
             self.sent.values(), lake.bronze_records(self.spark, self.space.settings), accepted
         )
-        kept = [r for r in self.sent.values() if not _in(r, accepted)]
+        kept = [r for r in self.sent.values() if not reconcile.forgiven(r, accepted)]
         kept = [r for r in kept if reference.reaches_silver(r[3], r[4])]
         expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
         silver = reconcile.silver_vs_reference(
             lake.silver_found(self.spark, self.space.settings), expected
         )
         return [bronze, silver, lake.gold_tally(self.spark, self.space.settings)]
-
-
-def _in(record: KafkaRecord, losses: list[reconcile.Loss]) -> bool:
-    return any((t, p) == record[:2] and a <= record[2] < b for t, p, a, b in losses)
 
 
 def run_step(day: Day, step: Step, number: int) -> Verdict:

@@ -10,7 +10,7 @@ from pyspark.sql import Row, SparkSession
 
 from bronze import kafka_changes, sensor_records
 from gold import sensor_daily, sensor_hourly, session_summary
-from lakehouse.core.settings import Settings
+from lakehouse.core.settings import Settings, StorageSettings
 from lakehouse.gameday import gold_reference, reconcile
 from lakehouse.gameday.reconcile import KafkaRecord, Loss, Tally
 from lakehouse.gameday.reference import Expected
@@ -77,16 +77,17 @@ def as_tuples(rows: list[Row]) -> list[KafkaRecord]:
     ]
 
 
-def quarantined_rows(spark: SparkSession, settings: Settings) -> list[Row]:
+def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
+    """The rows bronze's gate set aside (keyless, valueless, oversize)."""
     return store.quarantined_rows(
-        spark, settings.storage, sensor_records.NAME, sensor_records.TABLE.columns
+        spark, storage, sensor_records.NAME, sensor_records.TABLE.columns
     ).collect()
 
 
 def bronze_records(spark: SparkSession, settings: Settings) -> list[KafkaRecord]:
     """Every record bronze holds: its table's and its quarantine's."""
     table = spark.read.format("delta").load(settings.storage.table_uri(sensor_records.NAME))
-    return as_tuples(table.collect()) + as_tuples(quarantined_rows(spark, settings))
+    return as_tuples(table.collect()) + as_tuples(quarantined_rows(spark, settings.storage))
 
 
 def accepted_losses(spark: SparkSession, settings: Settings) -> list[Loss]:

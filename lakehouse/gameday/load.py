@@ -17,9 +17,11 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.core.settings import Settings
 from lakehouse.ops import status
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services.kafka import watermarks
+from lakehouse.storage import positions
 
 UPDATES_PER_SESSION = 100
 
@@ -83,7 +85,7 @@ def traffic_for(rate: float, seconds: float, seed: int, prefix: str) -> TrafficS
 
 def run_at(
     spark: SparkSession,
-    settings: Any,
+    settings: Settings,
     rate: float,
     seconds: float,
     seed: int,
@@ -114,9 +116,7 @@ def run_at(
     return run
 
 
-def _read(spark: SparkSession, settings: Any) -> dict[tuple[str, int], int]:
-    from lakehouse.storage import positions
-
+def _read(spark: SparkSession, settings: Settings) -> dict[tuple[str, int], int]:
     return positions.kafka_offsets(spark, settings.storage.checkpoint_uri("bronze.sensor_records"))
 
 

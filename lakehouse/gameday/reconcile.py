@@ -54,17 +54,11 @@ def kafka_vs_bronze(
     """Every record sent once in bronze (its table or its quarantine), byte for byte, but
     those in an `accepted` loss: (topic, partition, from offset, to offset) half-open."""
     ranges = list(accepted)
-
-    def forgiven(record: KafkaRecord) -> bool:
-        return any(
-            t == record[0] and p == record[1] and a <= record[2] < b for t, p, a, b in ranges
-        )
-
     expected = {r[:3]: r for r in sent}
     counts = Counter(r[:3] for r in held)
     found = {r[:3]: r for r in held}
     missing = [k for k in expected if k not in found]
-    lost = [k for k in missing if not forgiven(expected[k])]
+    lost = [k for k in missing if not forgiven(expected[k], ranges)]
     doubled = [k for k, n in counts.items() for _ in range(n - 1)]
     altered = [k for k in found if k in expected and found[k] != expected[k]]
     unknown = [k for k in found if k not in expected]  # never sent: as wrong as a change
@@ -79,6 +73,12 @@ def kafka_vs_bronze(
             + [("altered", k) for k in altered + unknown]
         ),
     )  # fmt: skip
+
+
+def forgiven(record: KafkaRecord, losses: Sequence[Loss]) -> bool:
+    """Whether `record` is in a loss an operator accepted."""
+    topic, partition, offset = record[:3]
+    return any((t, p) == (topic, partition) and a <= offset < b for t, p, a, b in losses)
 
 
 def silver_vs_reference(found: Expected, expected: Expected) -> Tally:

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from pyspark.sql import Row, SparkSession
-
-from bronze import sensor_records
-from lakehouse.core.settings import StorageSettings
 from lakehouse.gameday import lake
-from lakehouse.quality import store
 
 FAULTS = {
     "gap": 2,
@@ -21,11 +16,6 @@ FAULTS = {
 }
 
 
-def quarantined_rows(spark: SparkSession, storage: StorageSettings) -> list[Row]:
-    return store.quarantined_rows(
-        spark, storage, sensor_records.NAME, sensor_records.TABLE.columns
-    ).collect()
-
-
 consume_all = lake.kafka_records
 as_tuples = lake.as_tuples
+quarantined_rows = lake.quarantined_rows
