@@ -89,6 +89,12 @@ class Day:
         produce(replace(spec, **changes), self.space.bootstrap)  # type: ignore[arg-type]
         self.remember()
 
+    def more(self) -> None:
+        """Traffic of new sensors beside the step's: for another batch, or topics a running
+        bronze has not seen yet."""
+        self.step_number += 100
+        self.send()
+
     def remember(self) -> None:
         for record in lake.kafka_records(self.space.bootstrap, self.space.prefix):
             self.sent.setdefault(record[:3], record)
@@ -175,7 +181,7 @@ def kill(day: Day, step: Step) -> float:
         raise Skipped("a moment on S3 is struck by the fault tests' proxy; not yet by game day")
     moment = faults.LocalMoment(step.moment, day.space.local(checkpoint), day.space.local(table))
     day.send()
-    faults.strike_at(moment, day.pipeline.kill, RECOVERY_S, day.pipeline.alive)
+    faults.strike_at(moment, day.pipeline.kill, RECOVERY_S, day.pipeline.alive, more=day.more)
     began = time.monotonic()
     day.pipeline.start()
     return time.monotonic() - began
@@ -191,8 +197,7 @@ def broker_stop(day: Day, step: Step) -> None:
     broker.stop()
     time.sleep(step.seconds)
     broker.start()
-    day.step_number += 100  # new sensors' topics, which the running bronze has not seen
-    day.send()
+    day.more()  # new topics, which the running bronze has not seen
 
 
 def long_stop(day: Day, step: Step) -> None:

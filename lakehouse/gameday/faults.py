@@ -6,8 +6,10 @@ Parquet write, during a Delta commit, during a checkpoint write."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -195,14 +197,20 @@ def _numbered(folder: Path) -> set[int]:
 class LocalMoment:
     """A moment of a stream's batch on a local lake, seen in its folders: the checkpoint's
     offsets (planned), the table's Delta log (committed), the checkpoint's commits. Armed
-    at the state the folders are in now; `reached` is polled, so the strike lands within a
-    few milliseconds after the moment (on S3 `FaultProxy` holds the very request)."""
+    at the state the folders are in now; `strike_at` looks each time a file lands there, so
+    the strike follows the moment within a millisecond or so (on S3 `FaultProxy` holds the
+    very request)."""
 
     def __init__(self, moment: str, checkpoint: Path, table: Path) -> None:
         self.moment, self.checkpoint, self.log = moment, checkpoint, table / "_delta_log"
-        self.commits = max(_numbered(checkpoint / "commits"), default=-1)
-        self.version = max(_numbered(self.log), default=-1)
-        self.planned = max(_numbered(checkpoint / "offsets"), default=-1)
+        self.folders = (checkpoint / "offsets", self.log, checkpoint / "commits")
+        self.rearm()
+
+    def rearm(self) -> None:
+        """Armed again for the next batch: this one went past the moment unseen."""
+        self.planned, self.version, self.commits = (
+            max(_numbered(f), default=-1) for f in self.folders
+        )
 
     def reached(self) -> bool:
         commits = max(_numbered(self.checkpoint / "commits"), default=-1)
@@ -217,16 +225,67 @@ class LocalMoment:
             case _:  # after-commit
                 return commits > self.commits
 
+    def passed(self) -> bool:
+        """A batch committed without the moment seen: between a Delta commit and its
+        checkpoint's commit there may be only milliseconds."""
+        return not self.reached() and (
+            max(_numbered(self.checkpoint / "commits"), default=-1) > self.commits
+        )
 
-def strike_at(moment: LocalMoment, strike: Callable[[], None], timeout_s: float,
-              alive: Callable[[], bool]) -> None:  # fmt: skip
-    """Poll `moment` and strike once it is reached; MomentMissed if the job ended or the
-    moment did not come within `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not moment.reached():
-        if not alive():
-            raise MomentMissed(f"the job ended before {moment.moment}")
-        if time.monotonic() > deadline:
-            raise MomentMissed(f"no {moment.moment} within {timeout_s:.0f} s")
-        time.sleep(0.005)
-    strike()
+
+class _FolderWatch:
+    """Wakes when a file is made in, or renamed into, one of `folders` (Linux inotify); where
+    that is not to be had, or a folder is not made yet, it wakes every 5 ms."""
+
+    _EVENTS = 0x100 | 0x80  # IN_CREATE | IN_MOVED_TO
+
+    def __init__(self, folders: tuple[Path, ...]) -> None:
+        self._fd: int | None = None
+        libc = ctypes.CDLL(None, use_errno=True)
+        if not hasattr(libc, "inotify_init1") or not all(f.is_dir() for f in folders):
+            return
+        fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd >= 0 and all(
+            libc.inotify_add_watch(fd, os.fsencode(f), self._EVENTS) >= 0 for f in folders
+        ):
+            self._fd = fd
+        elif fd >= 0:
+            os.close(fd)
+
+    def wait(self) -> None:
+        if self._fd is None:
+            time.sleep(0.005)
+            return
+        select.select([self._fd], [], [], 0.5)
+        with suppress(BlockingIOError):
+            os.read(self._fd, 1 << 16)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+
+
+def strike_at(
+    moment: LocalMoment,
+    strike: Callable[[], None],
+    timeout_s: float,
+    alive: Callable[[], bool],
+    more: Callable[[], None] = lambda: None,
+) -> None:
+    """Watch for `moment` and strike once it is reached. A batch that went past it unseen
+    arms it again and calls `more` (traffic for another batch). MomentMissed if the job
+    ended or the moment did not come within `timeout_s`."""
+    deadline, watch = time.monotonic() + timeout_s, _FolderWatch(moment.folders)
+    try:
+        while not moment.reached():
+            if moment.passed():
+                moment.rearm()
+                more()
+            if not alive():
+                raise MomentMissed(f"the job ended before {moment.moment}")
+            if time.monotonic() > deadline:
+                raise MomentMissed(f"no {moment.moment} within {timeout_s:.0f} s")
+            watch.wait()
+        strike()
+    finally:
+        watch.close()

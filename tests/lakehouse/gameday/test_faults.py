@@ -49,3 +49,22 @@ def test_a_moment_that_never_comes_or_a_job_that_ended_is_missed(tmp_path: Path)
     with pytest.raises(MomentMissed, match="no after-commit within 0 s"):
         strike_at(armed, lambda: struck.append(True), 0.05, alive=lambda: True)
     assert not struck
+
+
+def test_a_batch_that_went_past_the_moment_unseen_arms_it_again_with_more_traffic(
+    tmp_path: Path,
+) -> None:
+    checkpoint, table = tmp_path / "checkpoint", tmp_path / "table"
+    batch(checkpoint, table, 0, "commit")
+    armed = LocalMoment("after-delta-commit", checkpoint, table)
+    batch(checkpoint, table, 1, "commit")  # its Delta commit and checkpoint commit unseen
+    assert armed.passed() and not armed.reached()
+    struck: list[int] = []
+    strike_at(
+        armed,
+        lambda: struck.append(max(int(p.name) for p in (checkpoint / "offsets").iterdir())),
+        5,
+        alive=lambda: True,
+        more=lambda: batch(checkpoint, table, 2, "delta"),
+    )
+    assert struck == [2]  # at batch 2's Delta commit, before its checkpoint's commit
