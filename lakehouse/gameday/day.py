@@ -9,11 +9,15 @@ machine over what was sent) and silver ↔ gold (gold computed again with pandas
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
@@ -170,21 +174,39 @@ def baseline(day: Day, step: Step) -> None:
 
 def kill(day: Day, step: Step) -> float:
     """SIGKILL the pipeline at the moment of the stream's batch, then start it again."""
-    layer = step.stream
-    checkpoint = day.space.settings.storage.checkpoint_uri(
-        "bronze.sensor_records" if layer == "bronze" else "silver.sessions_stream"
-    )
-    table = day.space.settings.storage.table_uri(
-        "bronze.sensor_records" if layer == "bronze" else "silver.row_changes"
-    )
-    if day.space.on_s3:
-        raise Skipped("a moment on S3 is struck by the fault tests' proxy; not yet by game day")
-    moment = faults.LocalMoment(step.moment, day.space.local(checkpoint), day.space.local(table))
-    day.send()
-    faults.strike_at(moment, day.pipeline.kill, RECOVERY_S, day.pipeline.alive, more=day.more)
+    stream = "bronze.sensor_records" if step.stream == "bronze" else "silver.sessions_stream"
+    checkpoint = day.space.settings.storage.checkpoint_uri(stream)
+    if day.space.gate is not None:  # on S3: the gate holds the very request
+        day.space.gate.arm(store_moment(step.moment, checkpoint), day.pipeline.kill)
+        day.send()
+        faults.wait_struck(day.space.gate, RECOVERY_S, day.pipeline.alive)
+    elif day.space.on_s3:
+        raise Skipped("the object store is reached over TLS: game day cannot see its requests")
+    else:
+        table = day.space.settings.storage.table_uri(
+            "bronze.sensor_records" if step.stream == "bronze" else "silver.row_changes"
+        )
+        local = faults.LocalMoment(step.moment, day.space.local(checkpoint), day.space.local(table))
+        day.send()
+        faults.strike_at(local, day.pipeline.kill, RECOVERY_S, day.pipeline.alive, more=day.more)
     began = time.monotonic()
     day.pipeline.start()
     return time.monotonic() - began
+
+
+def store_moment(moment: str, checkpoint: str) -> faults.Moment:
+    """`moment` of a stream's next batch as the request that begins it (path-style S3): its
+    offsets' write, its checkpoint commit's write (after every Delta commit of the batch),
+    or the first request after that commit."""
+    address = urlparse(checkpoint)
+    folder = re.escape(f"/{address.netloc}{address.path}")
+    match moment:
+        case "before-writes":
+            return faults.Moment(moment, rf"^PUT {folder}/offsets/")
+        case "after-delta-commit":
+            return faults.Moment(moment, rf"^PUT {folder}/commits/")
+        case _:  # after-commit
+            return faults.Moment(moment, r"^", after=rf"^PUT {folder}/commits/\d+$")
 
 
 def broker_stop(day: Day, step: Step) -> None:
@@ -248,20 +270,36 @@ def retention_loss(day: Day, step: Step) -> None:
     day.pipeline.start()
 
 
-def cluster_only(day: Day, step: Step) -> None:
-    raise Skipped("needs a cluster target (a worker to kill)")
+def store_outage(day: Day, step: Step) -> None:
+    """The object store unreachable from the pipeline for `seconds`, mid-traffic."""
+    if day.space.gate is None:
+        raise Skipped("needs a lake on an object store reached over plain HTTP")
+    day.send()
+    day.space.gate.outage(step.seconds)
+    time.sleep(step.seconds)
 
 
-def s3_only(day: Day, step: Step) -> None:
-    raise Skipped("needs a lake on an object store (this one is on local disk)")
+def worker_kill(day: Day, step: Step) -> None:
+    """SIGKILL of the worker that runs the pipeline's executor, mid-traffic; the worker
+    comes back by the operator's command (`lakehouse cluster start`)."""
+    cluster = day.space.cluster
+    if cluster is None:
+        raise Skipped("needs the embedded cluster (a worker game day can kill and start)")
+    day.send()
+    worker = cluster.busy_worker()
+    if worker is None:
+        raise LakehouseError("no worker runs the pipeline's executor")
+    os.killpg(worker, signal.SIGKILL)  # the worker and its executors, as a lost machine
+    cluster.start()
+    echo("  ran `lakehouse cluster start` (the documented way to bring a worker back)")
 
 
 FAULTS: dict[str, Callable[[Day, Step], float | None]] = {
     "baseline": baseline,
     "kill": kill,
     "broker-stop": broker_stop,
-    "store-outage": s3_only,
-    "worker-kill": cluster_only,
+    "store-outage": store_outage,
+    "worker-kill": worker_kill,
     "retention-loss": retention_loss,
     "clock-ahead": clock_ahead,
     "long-stop": long_stop,

@@ -1,6 +1,6 @@
 """Faults at a chosen moment: a proxy in front of the S3 server that sees every request a
 job makes and, at the first one that matches, holds it and strikes (kills the S3 server,
-or the job), then goes away like a dead server. The moment is then not a sleep that may
+or the job), then cuts every connection like a dead server. The moment is then not a sleep that may
 land anywhere but a named step of the job's work: before a batch's writes, during a
 Parquet write, during a Delta commit, during a checkpoint write."""
 
@@ -15,6 +15,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -47,35 +48,58 @@ def in_next_batch(name: str, request: str, checkpoint: str) -> Moment:
     return Moment(name, request, after=rf"^PUT /\S+/_checkpoints/{checkpoint}/commits/\d+$")
 
 
-class FaultProxy:
-    """Forwards 127.0.0.1:<port> to `upstream` (an S3 endpoint) until the first request
-    matching `moment`; then runs `strike` while that request is held, closes every
-    connection and stops listening, so that the job sees what a server gone at that
-    moment looks like: the request unanswered, every later connection refused."""
+class Gate:
+    """Forwards 127.0.0.1:<port> to `upstream` (an S3 endpoint), reading every request line
+    a job sends. Armed with a moment (`arm`), it holds the first request that matches, runs
+    the strike and cuts every connection, as a server gone at that moment would; `outage`
+    makes it unreachable for a while. Game day puts its pipeline behind one for the day."""
 
-    def __init__(self, upstream: str, moment: Moment, strike: Callable[[], None]) -> None:
+    def __init__(self, upstream: str) -> None:
         address = urlparse(upstream)
         self._upstream = (address.hostname or "127.0.0.1", address.port or 80)
-        self.moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
-        self._after = re.compile(moment.after) if moment.after else None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
+        self._down_until = 0.0
+        self.moment: Moment | None = None
+        self._pattern: re.Pattern[str] | None = None
+        self._after: re.Pattern[str] | None = None
+        self._strike: Callable[[], None] = lambda: None
         self.struck = threading.Event()
         self.struck_at: str | None = None
         """The request line the strike held."""
-        self.requests: list[str] = []
-        """Every request line seen, in order: what to read when a moment never comes."""
+        self.requests: deque[str] = deque(maxlen=200)
+        """The last request lines seen, in order: what to read when a moment never comes."""
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self, moment: Moment, strike: Callable[[], None]) -> None:
+        """At the first request of `moment` from now on, hold it and `strike`, once."""
+        with self._lock:
+            self.moment, self._pattern, self._strike = moment, re.compile(moment.request), strike
+            self._after = re.compile(moment.after) if moment.after else None
+            self.struck.clear()
+
+    def outage(self, seconds: float) -> None:
+        """Unreachable for `seconds`: open connections cut, new ones closed as they come."""
+        with self._lock:
+            self._down_until = time.monotonic() + seconds
+            self._cut()
 
     def close(self) -> None:
         with suppress(OSError):
             self._listener.close()
         with self._lock:
-            for sock in self._sockets:
-                with suppress(OSError):
-                    sock.close()
+            self._cut()
+
+    def _cut(self) -> None:
+        for sock in self._sockets:
+            with suppress(OSError):
+                sock.close()
+        self._sockets.clear()
+
+    def _refusing(self) -> bool:
+        return time.monotonic() < self._down_until
 
     def _accept(self) -> None:
         while True:
@@ -89,7 +113,7 @@ class FaultProxy:
                 client.close()
                 continue
             with self._lock:
-                if self.struck.is_set():
+                if self._refusing():
                     client.close()
                     server.close()
                     continue
@@ -104,6 +128,8 @@ class FaultProxy:
                     for line in _REQUEST_LINE.findall(data):
                         request = line.decode("latin-1")
                         self.requests.append(request)
+                        if self._pattern is None:
+                            continue
                         if self._after is not None:
                             if self._after.search(request):
                                 self._after = None  # armed from the next request on
@@ -116,13 +142,30 @@ class FaultProxy:
 
     def _strike_once(self, request: str) -> bool:
         with self._lock:
-            if self.struck.is_set():
-                return True
-            self.struck_at = request
+            if self._pattern is None:
+                return self.struck.is_set()  # struck by another connection's request
+            self.struck_at, self._pattern = request, None
             self._strike()
             self.struck.set()
-        self.close()
+            self._cut()
         return True
+
+
+class FaultProxy(Gate):
+    """A gate armed with `moment` from the start that, once struck, goes away for good:
+    the request unanswered, every later connection refused."""
+
+    def __init__(self, upstream: str, moment: Moment, strike: Callable[[], None]) -> None:
+        super().__init__(upstream)
+        self.arm(moment, strike)
+
+    def _refusing(self) -> bool:
+        return self.struck.is_set()
+
+    def _strike_once(self, request: str) -> bool:
+        held = super()._strike_once(request)
+        self.close()
+        return held
 
 
 def kill_server(server: EmbeddedS3) -> Callable[[], None]:
@@ -156,18 +199,16 @@ class MomentMissed(LakehouseError):
     """The job ended, or the moment never came, before the fault could strike."""
 
 
-def wait_struck(fault: FaultProxy, timeout_s: float, alive: Callable[[], bool]) -> None:
+def wait_struck(fault: Gate, timeout_s: float, alive: Callable[[], bool]) -> None:
     """Until the fault struck; MomentMissed, naming the requests seen, if the job ended or
     the moment never came."""
-    deadline = time.monotonic() + timeout_s
+    deadline, name = time.monotonic() + timeout_s, fault.moment.name if fault.moment else ""
     while not fault.struck.wait(0.5):
-        recent = "\n".join(fault.requests[-30:])
-        if not alive():
-            raise MomentMissed(
-                f"the job ended before {fault.moment.name}; last requests:\n{recent}"
-            )
+        recent = "\n".join(list(fault.requests)[-30:])
+        if not alive() and not fault.struck.is_set():  # struck: the job is killed
+            raise MomentMissed(f"the job ended before {name}; last requests:\n{recent}")
         if time.monotonic() > deadline:
-            raise MomentMissed(f"no {fault.moment.name}; last requests:\n{recent}")
+            raise MomentMissed(f"no {name}; last requests:\n{recent}")
 
 
 def wait_leases_expired(server: EmbeddedS3, root: str) -> None:

@@ -20,7 +20,9 @@ from urllib.parse import urlparse
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import EMBEDDED, CatalogSettings, Settings, load_settings
-from lakehouse.services import reached
+from lakehouse.gameday.faults import Gate
+from lakehouse.services import embedded, reached
+from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.kafka import EmbeddedKafka, resolve_bootstrap
 
 GOLD_EVERY_S = 5
@@ -40,6 +42,10 @@ class Namespace:
     settings: Settings
     broker: EmbeddedKafka | None
     """The broker game day started, when the target's is the embedded one."""
+    gate: Gate | None
+    """What the pipeline reaches the object store through, on a lake on one."""
+    cluster: EmbeddedCluster | None
+    """The embedded cluster the pipeline runs on, when the target's is that one."""
     deployed: Settings
     """The target's own settings: its report site is where the day's page goes."""
 
@@ -54,6 +60,13 @@ class Namespace:
     @property
     def on_s3(self) -> bool:
         return self.settings.storage.root.startswith("s3a://")
+
+    def verifier(self) -> Settings:
+        """What game day's own Spark reads the lake with: on this machine's cores, not a
+        cluster's, whose workers a step may kill."""
+        if self.settings.spark.master.startswith("local"):
+            return self.settings
+        return replace(self.settings, spark=replace(self.settings.spark, master="local[2]"))
 
     def local(self, uri: str) -> Path:
         """The folder a `file:` URI of a local lake names."""
@@ -77,7 +90,15 @@ def open_namespace(target: str | None, day_id: str) -> Namespace:
         if broker is not None:
             broker.stop()
         raise
-    return Namespace(day_id, folder, target, env, settings, broker, deployed)
+    gate = None
+    if settings.storage.root.startswith("s3a://") and settings.s3.endpoint.startswith("http:"):
+        # The pipeline reaches the store through a gate game day holds (it reads each
+        # request: plain HTTP only); game day itself reads the lake directly.
+        gate = Gate(settings.s3.endpoint)
+        env = {**env, "LAKEHOUSE__S3__ENDPOINT": gate.endpoint}
+    cluster = embedded(deployed)["cluster"] if deployed.spark.master == EMBEDDED else None
+    cluster = cluster if isinstance(cluster, EmbeddedCluster) else None
+    return Namespace(day_id, folder, target, env, settings, broker, gate, cluster, deployed)
 
 
 def namespace_env(deployed: Settings, day_id: str, folder: Path, bootstrap: str) -> dict[str, str]:

@@ -73,6 +73,8 @@ def gameday(
     finally:
         if space.broker is not None:
             space.broker.stop()
+        if space.gate is not None:
+            space.gate.close()
         report.seconds = time.monotonic() - began
         written = write_report(report, space)
         if not keep:
@@ -82,7 +84,7 @@ def gameday(
 
 def run_in(space: Namespace, scenario: Scenario) -> tuple[list[Verdict], list[load.LoadRun]]:
     """The scenario's steps and load phase against the namespace's own pipeline."""
-    spark = build_spark(space.settings, app_name="lakehouse-gameday")
+    spark = build_spark(space.verifier(), app_name="lakehouse-gameday")
     # The verdicts count what is readable: a data file gone is its records lost, not a crash.
     spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
     day, verdicts, runs = Day(space, spark, scenario), list[Verdict](), list[load.LoadRun]()

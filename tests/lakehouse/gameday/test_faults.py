@@ -1,12 +1,22 @@
-"""A batch's moments on a local lake, seen in its folders as a stream writes them."""
+"""A batch's moments on a local lake, seen in its folders as a stream writes them; on an
+object store, seen in the requests through the gate game day puts in front of it."""
 
 from __future__ import annotations
 
+import http.client
+import re
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
-from lakehouse.gameday.faults import LocalMoment, MomentMissed, strike_at
+from lakehouse.gameday.day import store_moment
+from lakehouse.gameday.faults import Gate, LocalMoment, Moment, MomentMissed, strike_at
 
 
 def batch(checkpoint: Path, table: Path, n: int, stage: str) -> None:
@@ -68,3 +78,94 @@ def test_a_batch_that_went_past_the_moment_unseen_arms_it_again_with_more_traffi
         more=lambda: batch(checkpoint, table, 2, "delta"),
     )
     assert struck == [2]  # at batch 2's Delta commit, before its checkpoint's commit
+
+
+@pytest.mark.parametrize(
+    ("moment", "requests", "struck_at"),
+    [
+        ("before-writes", ["PUT /lake/g/_checkpoints/b/offsets/.3.tmp"], 0),
+        (
+            "after-delta-commit",
+            ["PUT /lake/g/_checkpoints/b/offsets/3", "PUT /lake/g/b/_delta_log/4.json",
+             "PUT /lake/g/_checkpoints/b/commits/.3.tmp"],
+            2,
+        ),
+        (
+            "after-commit",
+            ["PUT /lake/g/_checkpoints/b/commits/.3.tmp", "PUT /lake/g/_checkpoints/b/commits/3",
+             "DELETE /lake/g/_checkpoints/b/commits/.3.tmp"],
+            2,
+        ),
+    ],
+)  # fmt: skip
+def test_a_moment_on_the_store_is_the_first_request_of_its_step_in_this_namespace(
+    moment: str, requests: list[str], struck_at: int
+) -> None:
+    armed = store_moment(moment, "s3a://lake/g/_checkpoints/b")
+    other = store_moment(moment, "s3a://lake/other/_checkpoints/b")
+    after = re.compile(armed.after) if armed.after else None
+    first = None
+    for n, request in enumerate(requests):
+        if after is not None:
+            after = None if after.search(request) else after
+        elif first is None and re.search(armed.request, request):
+            first = n
+    assert first == struck_at
+    assert not any(re.search(other.after or other.request, r) for r in requests)
+
+
+@pytest.fixture
+def upstream() -> Iterator[str]:
+    """An HTTP server that answers every request with 200 and its request line."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer(client: socket.socket) -> None:
+        with client, suppress(OSError):
+            while data := client.recv(1 << 16):
+                line = data.split(b"\r\n")[0]
+                client.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(line), line)
+                )
+
+    def serve() -> None:
+        with suppress(OSError):
+            while True:
+                threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    listener.close()
+
+
+def ask(endpoint: str, path: str) -> str:
+    """One request through the gate: the line the server answered, or why not."""
+    try:
+        with urllib.request.urlopen(f"{endpoint}{path}", timeout=2) as reply:
+            return reply.read().decode()
+    except (OSError, http.client.HTTPException) as error:
+        return f"unreachable: {error}"
+
+
+def test_a_gate_holds_the_moment_s_request_strikes_once_then_forwards_again(upstream: str) -> None:
+    gate, struck = Gate(upstream), []
+    try:
+        assert ask(gate.endpoint, "/lake/a") == "GET /lake/a HTTP/1.1"
+        gate.arm(Moment("at b", r"^GET /lake/b"), lambda: struck.append(True))
+        assert ask(gate.endpoint, "/lake/a") == "GET /lake/a HTTP/1.1"
+        assert ask(gate.endpoint, "/lake/b").startswith("unreachable")  # held, never answered
+        assert struck == [True] and gate.struck_at == "GET /lake/b"
+        assert ask(gate.endpoint, "/lake/b") == "GET /lake/b HTTP/1.1"  # once only
+        assert struck == [True]
+    finally:
+        gate.close()
+
+
+def test_a_gate_in_an_outage_answers_nothing_until_it_ends(upstream: str) -> None:
+    gate = Gate(upstream)
+    try:
+        gate.outage(0.5)
+        assert ask(gate.endpoint, "/lake/a").startswith("unreachable")
+        time.sleep(0.6)
+        assert ask(gate.endpoint, "/lake/a") == "GET /lake/a HTTP/1.1"
+    finally:
+        gate.close()
