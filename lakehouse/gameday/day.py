@@ -33,9 +33,9 @@ from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services.kafka import watermarks
 from lakehouse.storage import positions
 
-POLL_S = 3.0
-"""How often a step asks whether the pipeline caught up: each asking is Spark work beside
-the pipeline's, on the same cores."""
+POLL_S = 2.0
+"""How often a step asks whether the pipeline caught up: a few listings, and its readers
+asked (Spark jobs) only when something was written since they were found behind."""
 RECOVERY_S = 300.0
 """How long a step waits for the pipeline to catch up before its verdict is FAIL."""
 
@@ -80,6 +80,8 @@ class Day:
         self.sent: dict[tuple[str, int, int], KafkaRecord] = {}
         """Every record sent, as Kafka held it before any was lost."""
         self.step_number = 0
+        self._behind_at: tuple[int, ...] | None = None
+        """What was written when the readers were last found behind."""
 
     def send(self, **changes: object) -> None:
         """The step's traffic to Kafka, and what Kafka then holds, kept."""
@@ -112,9 +114,17 @@ class Day:
         )
         if not read or any(p.lag for p in status.kafka_lag(watermarks(settings), read)):
             return False
+        # Asking each reader is Spark jobs beside the pipeline's, on the same cores: asked
+        # again only once something a reader's position depends on was written.
+        mark = lake.written_mark(self.spark, settings)
+        if mark == self._behind_at:
+            return False
         lags = status.readers_behind(self.spark, settings, READERS)
         done = {(r.reader, r.table) for r in lags if not r.rows_behind}
-        return len(done) == len({(r.name, r.table) for r in READERS})
+        if len(done) == len({(r.name, r.table) for r in READERS}):
+            return True
+        self._behind_at = mark
+        return False
 
     def recover(self) -> float:
         """Seconds until the pipeline caught up; LakehouseError if it did not in time."""

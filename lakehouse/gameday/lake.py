@@ -11,10 +11,12 @@ from pyspark.sql import Row, SparkSession
 from bronze import kafka_changes, sensor_records
 from gold import sensor_daily, sensor_hourly, session_summary
 from lakehouse.core.settings import Settings, StorageSettings
+from lakehouse.definitions import READERS
 from lakehouse.gameday import gold_reference, reconcile
 from lakehouse.gameday.reconcile import KafkaRecord, Loss, Tally
 from lakehouse.gameday.reference import Expected
 from lakehouse.quality import store
+from lakehouse.storage import catalog, model_runs
 from silver import row_changes, session_rows, sessions, violations
 
 
@@ -145,3 +147,22 @@ def gold_tally(spark: SparkSession, settings: Settings) -> Tally:
         for model, rows in expected.items()
     ]
     return reconcile.combined("silver ↔ gold", tallies)
+
+
+def written_mark(spark: SparkSession, settings: Settings) -> tuple[int, ...]:
+    """What the pipeline has written that moves its readers, from listings alone (no Spark
+    job): the files of each read table's Delta log, of gold's model runs' log and of each
+    reading stream's checkpoint commits. Where a reader stands, and how far behind its
+    table it is, changes only when one of these does."""
+    folders = [settings.storage.table_uri(t) + "/_delta_log" for t in {r.table for r in READERS}]
+    folders.append(settings.storage.table_uri(model_runs.RUNS.name) + "/_delta_log")
+    folders += [
+        settings.storage.checkpoint_uri(r.checkpoint) + "/commits"
+        for r in READERS
+        if r.checkpoint is not None
+    ]
+    mark = []
+    for uri in sorted(folders):
+        fs, path = catalog.hadoop_fs(spark, uri)
+        mark.append(len(fs.listStatus(path)) if fs.exists(path) else -1)
+    return tuple(mark)
