@@ -30,6 +30,7 @@ from lakehouse.gameday.reconcile import KafkaRecord, Tally
 from lakehouse.gameday.scenario import Scenario, Step
 from lakehouse.ops import status
 from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.services import s3
 from lakehouse.services.kafka import watermarks
 from lakehouse.storage import positions
 
@@ -100,6 +101,15 @@ class Day:
         bronze has not seen yet."""
         self.step_number += 100
         self.send()
+
+    def restart(self) -> None:
+        """The pipeline started again after it died. On S3 a dead writer's table leases
+        are refused to the next until they expire (`storage.lease_seconds`): as its
+        operator would, game day waits them out first."""
+        if self.space.on_s3:
+            settings = self.space.settings
+            faults.wait_leases_expired(s3.client(settings), settings.storage.root)
+        self.pipeline.start()
 
     def remember(self) -> None:
         for record in lake.kafka_records(self.space.bootstrap, self.space.prefix):
@@ -173,7 +183,7 @@ def run_step(day: Day, step: Step, number: int) -> Verdict:
         with suppress(Exception):
             verdict.tallies = day.reconcile()
         if not day.pipeline.alive():
-            day.pipeline.start()
+            day.restart()
     verdict.seconds = time.monotonic() - began
     return verdict
 
@@ -200,7 +210,7 @@ def kill(day: Day, step: Step) -> float:
         day.send()
         faults.strike_at(local, day.pipeline.kill, RECOVERY_S, day.pipeline.alive, more=day.more)
     began = time.monotonic()
-    day.pipeline.start()
+    day.restart()
     return time.monotonic() - began
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from lakehouse.core.errors import LakehouseError
@@ -211,14 +212,12 @@ def wait_struck(fault: Gate, timeout_s: float, alive: Callable[[], bool]) -> Non
             raise MomentMissed(f"no {name}; last requests:\n{recent}")
 
 
-def wait_leases_expired(server: EmbeddedS3, root: str) -> None:
-    """Until every table lease under `root` has expired: a struck job could not release
-    its own, and the next writer is refused until then. Read from the leases, not slept:
-    by the time a job is struck and reaped, most of its lease time has usually gone by."""
-    endpoint = server.address()
-    if endpoint is None:
-        raise LakehouseError(f"the S3 server is not running (state in {server.home})")
-    client, (bucket, prefix) = server.client(endpoint), bucket_and_prefix(root)
+def wait_leases_expired(client: Any, root: str) -> None:
+    """Until every table lease under `root` has expired (`client`: boto3's, of the store): a
+    struck job could not release its own, and the next writer is refused until then. Read
+    from the leases, not slept: by the time a job is struck and reaped, most of its lease
+    time has usually gone by."""
+    bucket, prefix = bucket_and_prefix(root)
     folder = f"{prefix}/_leases/".lstrip("/")
     listed = client.list_objects_v2(Bucket=bucket, Prefix=folder, Delimiter="/")
     tables = [p["Prefix"][len(folder) : -1] for p in listed.get("CommonPrefixes", [])]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -90,6 +91,13 @@ def server(tmp_path: Path) -> Iterator[EmbeddedS3]:
     s3.stop()
 
 
+def s3_of(server: EmbeddedS3) -> Any:
+    """A boto3 client of the running `server`."""
+    endpoint = server.address()
+    assert endpoint is not None, f"the S3 server is not running (state in {server.home})"
+    return server.client(endpoint)
+
+
 def run_struck(
     args: tuple[str, ...],
     env: dict[str, str],
@@ -104,7 +112,7 @@ def run_struck(
     job: subprocess.Popen[str] | None = None
     upstream = server.address()
     assert upstream is not None, "the S3 server is not running"
-    wait_leases_expired(server, env["LAKEHOUSE__STORAGE__ROOT"])
+    wait_leases_expired(s3_of(server), env["LAKEHOUSE__STORAGE__ROOT"])
     began = time.monotonic()
 
     def current() -> subprocess.Popen[str]:
@@ -168,7 +176,7 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
 
     server.start()
     use_s3(spark, server)
-    wait_leases_expired(server, env["LAKEHOUSE__STORAGE__ROOT"])
+    wait_leases_expired(s3_of(server), env["LAKEHOUSE__STORAGE__ROOT"])
     sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
     table = read_s3(spark, server, f"{env['LAKEHOUSE__STORAGE__ROOT']}/{BRONZE}")
@@ -206,7 +214,7 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
             assert table_version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
 
     use_s3(spark, server)
-    wait_leases_expired(server, root)
+    wait_leases_expired(s3_of(server), root)
     sensor_records.run(spark, load_settings("local", environ=env))  # in this process's Spark
 
     rows = as_tuples(read_s3(spark, server, f"{root}/{BRONZE}").collect())
@@ -247,7 +255,7 @@ def test_silver_killed_at_each_moment_of_a_batch_then_restarted_gives_the_uninte
                              tmp_path / "silver.log")  # fmt: skip
         assert code == -9, f"{moment.name}: the job ended before it was killed ({code})"
 
-    wait_leases_expired(server, root)
+    wait_leases_expired(s3_of(server), root)
     reconstruct.run(spark, settings)
 
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
