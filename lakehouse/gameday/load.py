@@ -7,11 +7,13 @@ which silver version each gold run read and when it ended."""
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -47,6 +49,14 @@ class LoadRun:
     to_gold: Percentiles | None = None
     batch_ms: dict[str, float] = field(default_factory=dict)
     """Median duration of a batch with input, per stream."""
+    lag_by_partition: dict[str, int] = field(default_factory=dict)
+    """`topic/partition` -> the most records bronze was behind on it."""
+    state_rows: int | None = None
+    state_memory_bytes: int | None = None
+    """Silver's state at its largest after a batch of the phase."""
+    memory_bytes: int = 0
+    """Peak resident memory of the pipeline's processes on this machine (its JVM, its
+    Python workers): on a cluster its executors run elsewhere."""
 
     @property
     def lag_growth(self) -> float:
@@ -90,9 +100,11 @@ def run_at(
     seconds: float,
     seed: int,
     wait_caught_up: Callable[[], float],
+    pipeline_group: int | None = None,
 ) -> LoadRun:
-    """Send at `rate` for about `seconds`, sampling Kafka's lag every 2 s, then wait until
-    the pipeline caught up and read the figures of the records sent."""
+    """Send at `rate` for about `seconds`, sampling Kafka's lag and the memory of the
+    pipeline's process group every 2 s, then wait until the pipeline caught up and read
+    the figures of the records sent."""
     run = LoadRun(rate, seconds)
     began, since = time.monotonic(), datetime.now(UTC)
     spec = traffic_for(rate, seconds, seed, settings.kafka.topic_prefix)
@@ -104,16 +116,36 @@ def run_at(
     )
     sending.start()
     while sending.is_alive():
+        if pipeline_group is not None:
+            run.memory_bytes = max(run.memory_bytes, resident_bytes(pipeline_group))
         try:
             lags = status.kafka_lag(watermarks(settings), _read(spark, settings))
-            run.lag.append((time.monotonic() - began, sum(p.lag for p in lags)))
         except Exception:  # a broker's passing answer (a new topic's leader): no sample
-            pass
+            lags = []
+        for p in lags:
+            key = f"{p.topic}/{p.partition}"
+            run.lag_by_partition[key] = max(run.lag_by_partition.get(key, 0), p.lag)
+        if lags:
+            run.lag.append((time.monotonic() - began, sum(p.lag for p in lags)))
         sending.join(2)
     wait_caught_up()
     run.to_silver, run.to_gold = latencies(spark, settings.storage.table_uri, since)
-    run.batch_ms = batch_medians(spark, settings.storage.table_uri, since)
+    read_progress(run, spark, settings.storage.table_uri, since)
     return run
+
+
+def resident_bytes(group: int) -> int:
+    """Resident memory of every process of process group `group`, from /proc (0 where
+    there is none)."""
+    total, page = 0, os.sysconf("SC_PAGE_SIZE")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after `pid (name)`
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == group:  # pgrp; rss (pages) is the 24th field of the line
+            total += int(fields[21]) * page
+    return total
 
 
 def _read(spark: SparkSession, settings: Settings) -> dict[tuple[str, int], int]:
@@ -166,16 +198,19 @@ def seconds_between(rows: DataFrame, end_micros: Column) -> Percentiles:
     return Percentiles(count, p50 or 0.0, p95 or 0.0, worst or 0.0)
 
 
-def batch_medians(
-    spark: SparkSession, uri: Callable[[str], str], since: datetime
-) -> dict[str, float]:
-    """Median milliseconds of the streams' batches with input since `since` (ops.progress)."""
-    medians = {}
+def read_progress(
+    run: LoadRun, spark: SparkSession, uri: Callable[[str], str], since: datetime
+) -> None:
+    """The streams' batches with input since `since`, from their progress tables
+    (ops.progress): each one's median duration, and silver's state at its largest."""
     for node in ("bronze", "silver"):
         found = (
             spark.read.format("delta").load(uri(f"ops.{node}_progress"))
             .where((F.col("started_at") >= F.lit(since)) & (F.col("input_rows") > 0))
-            .agg(F.percentile_approx("duration_ms", 0.5)).first()
+            .agg(F.percentile_approx("duration_ms", 0.5).alias("median_ms"),
+                 F.max("state_rows").alias("rows"), F.max("state_memory_bytes").alias("bytes"))
+            .first()
         )  # fmt: skip
-        medians[node] = float((found[0] if found else None) or 0)
-    return medians
+        run.batch_ms[node] = float((found["median_ms"] if found else None) or 0)
+        if node == "silver" and found is not None:
+            run.state_rows, run.state_memory_bytes = found["rows"], found["bytes"]

@@ -105,7 +105,10 @@ def load_phase(day: Day, plan: Load) -> list[load.LoadRun]:
     runs = []
     for n, rate in enumerate((plan.rate, plan.rate * plan.multiply)):
         echo(f"load at {rate:,.0f} records/s for {plan.seconds:.0f} s ...")
-        run = load.run_at(day.spark, day.space.settings, rate, plan.seconds, 900 + n, day.recover)
+        group = day.pipeline.job.pid if day.pipeline.job is not None else None
+        run = load.run_at(
+            day.spark, day.space.settings, rate, plan.seconds, 900 + n, day.recover, group
+        )
         echo("  " + load_line(run))
         runs.append(run)
     return runs
@@ -119,6 +122,12 @@ def load_line(run: load.LoadRun) -> str:
             f"; Kafka → silver p50 {run.to_silver.p50_s:.1f} s p95 {run.to_silver.p95_s:.1f} s;"
             f" → gold p50 {run.to_gold.p50_s:.1f} s p95 {run.to_gold.p95_s:.1f} s"
         )
+    if run.batch_ms:
+        text += "; batches " + ", ".join(f"{k} {ms / 1000:.1f} s" for k, ms in run.batch_ms.items())
+    if run.state_rows is not None:
+        text += f"; silver state {run.state_rows:,} rows {(run.state_memory_bytes or 0) >> 20} MiB"
+    if run.memory_bytes:
+        text += f"; pipeline {run.memory_bytes >> 20:,} MiB resident"
     return text
 
 

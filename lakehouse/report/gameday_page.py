@@ -40,7 +40,9 @@ def render(report: Mapping[str, Any]) -> str:
     load = "".join(
         f"<tr><td>{r['rate']:,.0f}/s</td><td>{'kept up' if r['kept_up'] else 'fell behind'}"
         f"</td><td>{r['lag_growth']:,.0f}/s</td><td>{_p(r['to_silver'])}</td>"
-        f"<td>{_p(r['to_gold'])}</td></tr>"
+        f"<td>{_p(r['to_gold'])}</td><td>{_batches(r['batch_ms'])}</td>"
+        f"<td>{r['state_rows'] if r['state_rows'] is not None else '-'}</td>"
+        f"<td>{r['memory_bytes'] >> 20:,} MiB</td><td>{_worst(r['lag_by_partition'])}</td></tr>"
         for r in report["load"]
     )
     return (
@@ -54,8 +56,22 @@ def render(report: Mapping[str, Any]) -> str:
         f"<th>took</th></tr>{rows}</table>"
         "<h2>Load</h2><img src='gameday/lag.png' alt='Kafka lag'>"
         "<table border=1 cellpadding=4><tr><th>rate</th><th></th><th>lag growth</th>"
-        f"<th>Kafka → silver</th><th>Kafka → gold</th></tr>{load}</table></body>"
+        f"<th>Kafka → silver</th><th>Kafka → gold</th><th>median batch</th>"
+        f"<th>silver state rows</th><th>pipeline memory</th><th>most behind</th></tr>"
+        f"{load}</table></body>"
     )
+
+
+def _batches(batch_ms: Mapping[str, float]) -> str:
+    return ", ".join(f"{node} {ms / 1000:.1f} s" for node, ms in batch_ms.items()) or "-"
+
+
+def _worst(lag_by_partition: Mapping[str, int]) -> str:
+    """The partition bronze was furthest behind on."""
+    if not lag_by_partition:
+        return "-"
+    partition = max(lag_by_partition, key=lambda k: lag_by_partition[k])
+    return f"{html.escape(partition)}: {lag_by_partition[partition]:,}"
 
 
 def _p(found: Mapping[str, Any] | None) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from lakehouse.gameday.day import Verdict
-from lakehouse.gameday.load import LoadRun, Percentiles, slope
+from lakehouse.gameday.load import LoadRun, Percentiles, resident_bytes, slope
 from lakehouse.gameday.reconcile import Tally
 from lakehouse.gameday.run import Report, load_line
 from lakehouse.report.gameday_page import write_gameday_page
@@ -45,11 +48,31 @@ def test_the_page_shows_each_verdict_and_the_load_with_its_images(tmp_path: Path
         Verdict("worker-kill", "SKIP", note="needs a cluster", seconds=0.1),
     ]
     fast = Percentiles(10, 1.5, 2.5, 3.0)
-    report.load = [LoadRun(100, 30, 3000, [(0, 0), (2, 3)], fast, fast)]
+    report.load = [
+        LoadRun(100, 30, 3000, [(0, 0), (2, 3)], fast, fast, {"bronze": 900.0, "silver": 4100.0},
+                {"s.sensor-1/0": 3, "s.sensor-1/1": 41}, 120, 1 << 20, 900 << 20)
+    ]  # fmt: skip
     assert report.passed and report.highest_rate_kept_up() == 100
     page = write_gameday_page(tmp_path, report.as_json())
     text = page.read_text()
     assert "Game day day-1: passed" in text and "SKIP worker-kill: needs a cluster" in text
-    assert "p50 1.5 s, p95 2.5 s" in text
+    assert "p50 1.5 s, p95 2.5 s" in text and "bronze 0.9 s, silver 4.1 s" in text
+    assert "s.sensor-1/1: 41" in text and "900 MiB" in text
     assert (tmp_path / "gameday" / "timeline.png").stat().st_size > 1000
     assert (tmp_path / "gameday" / "lag.png").stat().st_size > 1000
+
+
+def test_the_resident_memory_of_a_process_group_is_its_processes_and_only_theirs() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "b = bytearray(200 << 20); import time; time.sleep(30)"],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while resident_bytes(child.pid) < 200 << 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 200 << 20 <= resident_bytes(child.pid) < 400 << 20
+    finally:
+        child.kill()
+        child.wait()
+    assert resident_bytes(child.pid) == 0
