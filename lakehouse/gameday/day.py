@@ -200,6 +200,7 @@ def kill(day: Day, step: Step) -> float:
         day.space.gate.arm(store_moment(step.moment, checkpoint), day.pipeline.kill)
         day.send()
         faults.wait_struck(day.space.gate, RECOVERY_S, day.pipeline.alive)
+        echo(f"  killed holding {day.space.gate.struck_at}")
     elif day.space.on_s3:
         raise Skipped("the object store is reached over TLS: game day cannot see its requests")
     else:
