@@ -69,7 +69,7 @@ def gameday(
     root = space.settings.storage.root
     echo(f"game day {day_id} on {named}: topics {space.prefix}*, lake {root}")
     try:
-        report.verdicts, report.load = run_in(space, scenario)
+        run_in(space, scenario, report)
     finally:
         if space.broker is not None:
             space.broker.stop()
@@ -82,27 +82,26 @@ def gameday(
     return report, written
 
 
-def run_in(space: Namespace, scenario: Scenario) -> tuple[list[Verdict], list[load.LoadRun]]:
-    """The scenario's steps and load phase against the namespace's own pipeline."""
+def run_in(space: Namespace, scenario: Scenario, report: Report) -> None:
+    """The scenario's steps and load phase against the namespace's own pipeline, each
+    verdict into `report` as it comes: a day cut short still reports the steps it ran."""
     spark = build_spark(space.verifier(), app_name="lakehouse-gameday")
     # The verdicts count what is readable: a data file gone is its records lost, not a crash.
     spark.conf.set("spark.sql.files.ignoreMissingFiles", "true")
-    day, verdicts, runs = Day(space, spark, scenario), list[Verdict](), list[load.LoadRun]()
+    day = Day(space, spark, scenario)
     try:
         day.pipeline.start()
         for number, step in enumerate(scenario.steps, 1):
             echo(f"[{number}/{len(scenario.steps)}] {step.name} ...")
-            verdicts.append(run_step(day, step, number))
-            echo(verdicts[-1].line())
+            report.verdicts.append(run_step(day, step, number))
+            echo(report.verdicts[-1].line())
         if scenario.load is not None:
-            runs = load_phase(day, scenario.load)
+            load_phase(day, scenario.load, report.load)
     finally:
         day.pipeline.stop()
-    return verdicts, runs
 
 
-def load_phase(day: Day, plan: Load) -> list[load.LoadRun]:
-    runs = []
+def load_phase(day: Day, plan: Load, runs: list[load.LoadRun]) -> None:
     for n, rate in enumerate((plan.rate, plan.rate * plan.multiply)):
         echo(f"load at {rate:,.0f} records/s for {plan.seconds:.0f} s ...")
         group = day.pipeline.job.pid if day.pipeline.job is not None else None
@@ -111,7 +110,6 @@ def load_phase(day: Day, plan: Load) -> list[load.LoadRun]:
         )
         echo("  " + load_line(run))
         runs.append(run)
-    return runs
 
 
 def load_line(run: load.LoadRun) -> str:
