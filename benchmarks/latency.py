@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,8 +42,8 @@ from pyspark.sql import functions as F
 from benchmarks.common import broker, run_environ
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import load_settings
-from lakehouse.gameday.load import latencies
-from lakehouse.ops.producer import TrafficSpec, produce
+from lakehouse.gameday.load import latencies, traffic_for
+from lakehouse.ops.producer import produce
 from lakehouse.runtime.spark import build_spark
 from silver import reconstruct
 
@@ -89,16 +88,9 @@ def measure(
     rate: float, args: argparse.Namespace, spark: SparkSession | None
 ) -> tuple[SparkSession, float]:
     """One run at `rate`: its latencies printed; Spark for the next, and the p95 to silver."""
-    records = int(rate * args.seconds)
-    # 10 sensors, sessions of a 200-row snapshot and ~1,000 updates, 50 live at once
-    spec = TrafficSpec(
-        sensors=10,
-        sessions_per_sensor=max(1, records // 10_000),
-        rows_per_snapshot=200,
-        updates_per_session=998,
-        session_stagger_seconds=5,
-        partitions=4,
-    )
+    # The traffic a game day's load phase sends at this rate (10 sensors, 4 partitions,
+    # sessions of a 200-row snapshot and ~1,000 records), so that the two agree.
+    spec = traffic_for(rate, args.seconds)
 
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as tmp:
         root = Path(tmp)
@@ -113,7 +105,7 @@ def measure(
             gold = threading.Thread(target=schedule_gold, args=(root, env, args, stop))
             try:
                 print("warm-up: 10,000 records through bronze, silver and gold ...", flush=True)
-                warmup = produce(replace(spec, seed=spec.seed + 1, sessions_per_sensor=1),
+                warmup = produce(traffic_for(rate, 10_000 / rate, seed=spec.seed + 1),
                                  bootstrap, rate=rate)  # fmt: skip
                 wait_for_silver(silver_log, warmup.records, jobs)
                 if args.separate:
@@ -121,7 +113,7 @@ def measure(
                 else:  # its own schedule: a run after silver's
                     wait_for_gold_after_silver(silver_log, jobs)
                 measured_from = datetime.now(UTC)
-                print(f"producing {records:,} records at {rate:,.0f}/s ...", flush=True)
+                print(f"producing at {rate:,.0f} records/s ...", flush=True)
                 if args.separate:
                     gold.start()
                 sent = produce(spec, bootstrap, rate=rate, progress=True)

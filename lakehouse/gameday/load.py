@@ -6,7 +6,6 @@ which silver version each gold run read and when it ended."""
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -25,7 +24,8 @@ from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services.kafka import watermarks
 from lakehouse.storage import positions
 
-UPDATES_PER_SESSION = 100
+LOAD_SENSORS = 10
+SESSION_RECORDS = 1_000
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,19 @@ def slope(points: list[tuple[float, int]]) -> float:
     return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in points) / var
 
 
-def traffic_for(rate: float, seconds: float, seed: int, prefix: str) -> TrafficSpec:
-    """About `rate * seconds` records in sessions of `UPDATES_PER_SESSION` updates."""
-    sessions = max(1, math.ceil(rate * seconds / (UPDATES_PER_SESSION + 2) / 4))
+def traffic_for(rate: float, seconds: float, **spec: Any) -> TrafficSpec:
+    """About `rate * seconds` records in the shape `benchmarks.latency` sends (it calls this
+    too, so that a load phase and the benchmark at the same rate send the same traffic):
+    10 sensors of 4 partitions each, sessions of a 200-row snapshot then updates in
+    sequence, about 1,000 records a session from 10,000 records on (one shorter session
+    a sensor below). `spec`: the rest of the generator's spec (seed, first sensor, topic prefix)."""
+    records = max(LOAD_SENSORS * 3, round(rate * seconds))
+    sessions = max(1, round(records / (LOAD_SENSORS * SESSION_RECORDS)))
     return TrafficSpec(
-        seed=seed, sensors=4, first_sensor=1000 + seed * 10, sessions_per_sensor=sessions,
-        rows_per_snapshot=10, updates_per_session=UPDATES_PER_SESSION, topic_prefix=prefix,
-        partitions=2, session_stagger_seconds=1.0,
+        sensors=LOAD_SENSORS, sessions_per_sensor=sessions, rows_per_snapshot=200,
+        # A session is its snapshot (one record), its updates and its end.
+        updates_per_session=records // (LOAD_SENSORS * sessions) - 2,
+        session_stagger_seconds=5, partitions=4, **spec,
     )  # fmt: skip
 
 
@@ -107,7 +113,8 @@ def run_at(
     the figures of the records sent."""
     run = LoadRun(rate, seconds)
     began, since = time.monotonic(), datetime.now(UTC)
-    spec = traffic_for(rate, seconds, seed, settings.kafka.topic_prefix)
+    prefix, first = settings.kafka.topic_prefix, 1000 + seed * LOAD_SENSORS  # beside the steps'
+    spec = traffic_for(rate, seconds, seed=seed, first_sensor=first, topic_prefix=prefix)
     sending = threading.Thread(
         target=lambda: setattr(
             run, "sent", produce(spec, settings.kafka.bootstrap_servers, rate=rate).records

@@ -7,10 +7,14 @@ import sys
 import time
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from lakehouse.gameday.day import Verdict
-from lakehouse.gameday.load import LoadRun, Percentiles, resident_bytes, slope
+from lakehouse.gameday.load import LoadRun, Percentiles, resident_bytes, slope, traffic_for
 from lakehouse.gameday.reconcile import Tally
 from lakehouse.gameday.run import Report, load_line
+from lakehouse.ops.producer import generate_traffic
 from lakehouse.report.gameday_page import write_gameday_page
 
 
@@ -39,6 +43,24 @@ def test_the_lag_kept_up_when_it_did_not_grow_by_a_twentieth_of_the_rate() -> No
     behind = LoadRun(1000, 30, lag=[(0, 0), (2, 0), (4, 500), (6, 1000)])
     assert not behind.kept_up
     assert load_line(behind) == "1,000/s: fell behind (lag grew 250 records/s)"
+
+
+@settings(max_examples=25, deadline=None)
+@given(rate=st.sampled_from([50, 100, 333, 1000, 2500]), seconds=st.sampled_from([5, 12, 20, 30]))
+def test_a_load_phase_sends_about_rate_times_seconds_in_the_benchmarks_shape(
+    rate: int, seconds: int
+) -> None:
+    """The load phase and `benchmarks.latency` send this same traffic at a rate: each
+    sensor's sessions a 200-row snapshot, then updates; about 1,000 records a session from
+    10,000 records on."""
+    spec = traffic_for(rate, seconds, seed=3, first_sensor=500, topic_prefix="x.")
+    records = list(generate_traffic(spec))
+    asked = rate * seconds
+    assert abs(len(records) - asked) <= 10 * spec.sessions_per_sensor  # rounding, a sensor each
+    assert {r.topic for r in records} == {f"x.sensor-{i:03d}" for i in range(500, 510)}
+    assert {r.partition for r in records} <= set(range(4)) and spec.rows_per_snapshot == 200
+    if asked >= 10_000:
+        assert 750 <= len(records) / (10 * spec.sessions_per_sensor) <= 1_500
 
 
 def test_the_page_shows_each_verdict_and_the_load_with_its_images(tmp_path: Path) -> None:
