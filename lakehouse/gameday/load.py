@@ -26,6 +26,8 @@ from lakehouse.storage import positions
 
 LOAD_SENSORS = 10
 SESSION_RECORDS = 1_000
+MIN_FLOORS = 3
+"""Bronze commits a phase must see before it says whether the pipeline kept up."""
 
 
 @dataclass(frozen=True)
@@ -59,15 +61,28 @@ class LoadRun:
     Python workers): on a cluster its executors run elsewhere."""
 
     @property
-    def lag_growth(self) -> float:
-        """Records a second by which the lag grew over the phase's second half (least
-        squares): its first half is the pipeline's first batches at the new rate."""
-        return slope(self.lag[len(self.lag) // 2 :])
+    def floors(self) -> list[tuple[float, int]]:
+        """The lag just after each of bronze's commits seen (a sample below the one before):
+        the lag is a sawtooth, growing while a batch runs and falling as it commits, and its
+        floor is what a pipeline that keeps up comes back to."""
+        return [
+            now for before, now in zip(self.lag, self.lag[1:], strict=False) if now[1] < before[1]
+        ]
 
     @property
-    def kept_up(self) -> bool:
-        """The lag did not grow by more than a twentieth of the rate."""
-        return self.lag_growth <= self.rate / 20
+    def lag_growth(self) -> float | None:
+        """Records a second by which the lag's floor rose over the phase (least squares);
+        None for a phase of fewer than three commits, too few to tell a trend from where a
+        sample fell in a batch."""
+        floors = self.floors
+        return slope(floors) if len(floors) >= MIN_FLOORS else None
+
+    @property
+    def kept_up(self) -> bool | None:
+        """The lag's floor did not rise by more than a tenth of the rate; None: too short
+        a phase to tell."""
+        growth = self.lag_growth
+        return None if growth is None else growth <= self.rate / 10
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "lag_growth": self.lag_growth, "kept_up": self.kept_up}

@@ -39,7 +39,7 @@ class Report:
         return all(v.outcome != "FAIL" for v in self.verdicts)
 
     def highest_rate_kept_up(self) -> float | None:
-        return max((r.rate for r in self.load if r.kept_up), default=None)
+        return max((r.rate for r in self.load if r.kept_up is True), default=None)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -113,8 +113,14 @@ def load_phase(day: Day, plan: Load, runs: list[load.LoadRun]) -> None:
 
 
 def load_line(run: load.LoadRun) -> str:
-    verdict = "kept up" if run.kept_up else "fell behind"
-    text = f"{run.rate:,.0f}/s: {verdict} (lag grew {run.lag_growth:,.0f} records/s)"
+    if run.lag_growth is None:
+        seen = f"{len(run.floors)} of bronze's commits seen, {load.MIN_FLOORS} needed"
+        text = (
+            f"{run.rate:,.0f}/s: too short to tell whether it kept up ({seen}: longer load.seconds)"
+        )
+    else:
+        verdict = "kept up" if run.kept_up else "fell behind"
+        text = f"{run.rate:,.0f}/s: {verdict} (lag's floor rose {run.lag_growth:,.0f} records/s)"
     if run.to_silver is not None and run.to_gold is not None:
         text += (
             f"; Kafka → silver p50 {run.to_silver.p50_s:.1f} s p95 {run.to_silver.p95_s:.1f} s;"

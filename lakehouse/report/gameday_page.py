@@ -30,6 +30,13 @@ def write_gameday_page(site: Path, report: Mapping[str, Any]) -> Path:
     return page
 
 
+KEPT_UP = {True: "kept up", False: "fell behind", None: "too short to tell"}
+
+
+def _growth(records_per_s: float | None) -> str:
+    return "-" if records_per_s is None else f"{records_per_s:,.0f}/s"
+
+
 def render(report: Mapping[str, Any]) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
     rows = "".join(
@@ -38,8 +45,8 @@ def render(report: Mapping[str, Any]) -> str:
         for v in report["verdicts"]
     )
     load = "".join(
-        f"<tr><td>{r['rate']:,.0f}/s</td><td>{'kept up' if r['kept_up'] else 'fell behind'}"
-        f"</td><td>{r['lag_growth']:,.0f}/s</td><td>{_p(r['to_silver'])}</td>"
+        f"<tr><td>{r['rate']:,.0f}/s</td><td>{KEPT_UP[r['kept_up']]}"
+        f"</td><td>{_growth(r['lag_growth'])}</td><td>{_p(r['to_silver'])}</td>"
         f"<td>{_p(r['to_gold'])}</td><td>{_batches(r['batch_ms'])}</td>"
         f"<td>{r['state_rows'] if r['state_rows'] is not None else '-'}</td>"
         f"<td>{r['memory_bytes'] >> 20:,} MiB</td><td>{_worst(r['lag_by_partition'])}</td></tr>"
@@ -55,7 +62,7 @@ def render(report: Mapping[str, Any]) -> str:
         f"<table border=1 cellpadding=4><tr><th>verdict</th><th>step</th><th>found</th>"
         f"<th>took</th></tr>{rows}</table>"
         "<h2>Load</h2><img src='gameday/lag.png' alt='Kafka lag'>"
-        "<table border=1 cellpadding=4><tr><th>rate</th><th></th><th>lag growth</th>"
+        "<table border=1 cellpadding=4><tr><th>rate</th><th></th><th>lag floor rose</th>"
         f"<th>Kafka → silver</th><th>Kafka → gold</th><th>median batch</th>"
         f"<th>silver state rows</th><th>pipeline memory</th><th>most behind</th></tr>"
         f"{load}</table></body>"
