@@ -57,8 +57,8 @@ def test_a_phase_kept_up_when_the_lag_s_floor_after_each_commit_did_not_rise() -
     assert load_line(short).startswith("1,000/s: too short to tell whether it kept up (2 of")
 
 
-@settings(max_examples=25, deadline=None)
-@given(rate=st.sampled_from([50, 100, 333, 1000, 2500]), seconds=st.sampled_from([5, 12, 20, 30]))
+@settings(max_examples=9, deadline=None)
+@given(rate=st.sampled_from([50, 333, 1000]), seconds=st.sampled_from([5, 12, 20]))
 def test_a_load_phase_sends_about_rate_times_seconds_in_the_benchmarks_shape(
     rate: int, seconds: int
 ) -> None:

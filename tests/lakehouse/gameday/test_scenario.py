@@ -15,7 +15,7 @@ def test_the_default_scenario_names_every_fault_kind_once_and_a_load_phase() -> 
     scenario = load_scenario(DEFAULT)
     kinds = [s.kind for s in scenario.steps]
     assert set(kinds) == set(KINDS)
-    assert scenario.load == Load(rate=100.0, multiply=10.0, seconds=45.0)
+    assert scenario.load == Load(rate=100.0, multiply=10.0, seconds=60.0)
     assert (
         Step("kill", stream="bronze", moment="after-commit").name == "kill bronze at after-commit"
     )
