@@ -27,20 +27,38 @@ def register(
     spark: SparkSession, name: str, location: str, echo: Callable[[str], None] = echo
 ) -> None:
     """Make `name` (`<layer>.<table>`) name the Delta table at `location`."""
-    layer = name.split(".", 1)[0]
-    with _DDL:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
-        registered = location_of(spark, name)
-        if registered is not None and same_place(registered, location):
-            return
-        if registered is not None:
-            # An external table: dropping the name leaves the data where it is. Dropped in
-            # the metastore itself: Spark's DROP TABLE would open the old table, whose
-            # storage may be gone (a lake moved off a server that is down) and retried for
-            # minutes.
-            echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
-            _metastore(spark).dropTable(layer, name.split(".", 1)[1], True, False)
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {name} USING delta LOCATION '{location}'")
+    layer, table = name.split(".", 1)
+    for attempt in range(_ATTEMPTS):
+        with _DDL:
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {layer}")
+            registered = location_of(spark, name)
+            if registered is not None and same_place(registered, location):
+                return
+            if registered is not None:
+                # An external table: dropping the name leaves the data where it is. Dropped
+                # in the metastore itself: Spark's DROP TABLE would open the old table,
+                # whose storage may be gone (a lake moved off a server that is down) and
+                # retried for minutes.
+                echo(f"catalog: {name} named {registered}; now {location} (from the settings)")
+                _metastore(spark).dropTable(layer, table, True, False)
+            try:
+                spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{location}'")
+                return
+            except AnalysisException as error:
+                # Another application (the other jobs of a lake, each its own process)
+                # named it between our look and our create: the lock above is this
+                # process's only. Look again: the name may already be this table.
+                if not _named_meanwhile(error) or attempt == _ATTEMPTS - 1:
+                    raise
+
+
+def _named_meanwhile(error: AnalysisException) -> bool:
+    """Whether a create failed only because the name exists: found by Spark's own look,
+    or by the metastore when another application made it after that look."""
+    return (
+        error.getCondition() == "TABLE_OR_VIEW_ALREADY_EXISTS"
+        or "AlreadyExistsException" in str(error)
+    )
 
 
 _DDL = threading.RLock()
@@ -141,7 +159,7 @@ def read_united(spark: SparkSession, locations: Iterable[str]) -> DataFrame | No
 def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
     """(Re)make `view` over the tables (name -> location) the catalog names at their
     location: this lake's only, never another lake's of the same name, on storage now gone."""
-    for attempt in range(_VIEW_ATTEMPTS):
+    for attempt in range(_ATTEMPTS):
         with _DDL:  # no part of this application re-points a name while the view is made
             named = [name for name, location in tables.items() if names(spark, name, location)]
             union = " UNION ALL ".join(f"SELECT * FROM {name}" for name in named)
@@ -152,9 +170,12 @@ def unite(spark: SparkSession, view: str, tables: dict[str, str]) -> None:
                 # Another application made the view between Spark's look for it and its
                 # create (bronze and silver start side by side), or re-pointed one of its
                 # tables between our look and the create: look again and make it again.
-                if error.getCondition() not in _RACES or attempt == _VIEW_ATTEMPTS - 1:
+                if error.getCondition() not in _RACES or attempt == _ATTEMPTS - 1:
                     raise
 
 
-_VIEW_ATTEMPTS = 3
+_ATTEMPTS = 3
+"""Looks at a name before giving up: two applications on it collide once in a while
+(the jobs of one lake, or two lakes on one catalog, as in the tests), not three times in
+a row."""
 _RACES = ("TABLE_OR_VIEW_ALREADY_EXISTS", "TABLE_OR_VIEW_NOT_FOUND")

@@ -178,7 +178,8 @@ def test_a_continuous_run_serves_metrics_that_match_its_progress_table(
         rows, deadline = 'lakehouse_input_rows_total{node="bronze"}', time.monotonic() + 180
         samples: dict[str, float] = {}
         while samples.get(rows) != sent:
-            assert time.monotonic() < deadline and job.poll() is None, samples
+            assert job.poll() is None, job.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, samples
             time.sleep(1)
             try:
                 samples = scrape(port)

@@ -160,3 +160,29 @@ def start_part(spark: SparkSession, settings: Settings, writer: str, failures: l
         store.create_tables(session, settings.storage, writer, [writer])
     except Exception as error:  # the test's finding: any failure of a part
         failures.append(f"{writer}: {error}")
+
+
+def test_a_name_another_application_makes_between_our_look_and_our_create_is_taken(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs of a lake are applications of their own on one catalog, which the lock of
+    one process does not cover: one may name a table just after another looked and found
+    nothing (a run of the suite failed on it, `AlreadyExistsException`). The late one
+    looks again and takes the name when it is the same table; a name on another table is
+    still re-pointed."""
+    from lakehouse.core.tables import TableSpec
+    from lakehouse.storage import catalog, delta
+
+    raced = TableSpec("ops.raced", "one row", "id BIGINT", "test")
+    location = (tmp_path / "ops" / "raced").as_uri()
+    delta.create(spark, raced, location)  # the other application
+    looks, real_look = [None], catalog.location_of  # our first look came before its create
+    monkeypatch.setattr(
+        catalog, "location_of", lambda s, n: looks.pop() if looks else real_look(s, n)
+    )
+    catalog.register(spark, "ops.raced", location)
+    assert catalog.names(spark, "ops.raced", location)
+
+    elsewhere = (tmp_path / "elsewhere").as_uri()
+    delta.create(spark, raced, elsewhere)
+    assert catalog.names(spark, "ops.raced", elsewhere)
