@@ -78,10 +78,18 @@ def judge(
     """Validate `frame` (persisted by the caller) against the table's suite and apply the
     severities: a failed `fail` expectation is located (its first offending row), a failed
     `quarantine` one takes its rows out, `warn` only records."""
-    # Fills the cache, and lets a failing read (lost offsets, a broker gone) fail here
-    # as itself rather than inside an expectation.
-    frame.count()
     suite = validator.suites[table]
+    bound = suite.bound(views or {}) if suite.inputs else suite
+    # Counted in Spark first, in a job per query and one for the rest: where nothing but
+    # warnings failed, that is the verdict, and Great Expectations (a job per metric,
+    # seconds for a gold model) is not asked. It is where something must be located or
+    # taken out. Either way the first job fills the cache, and a failing read (lost
+    # offsets, a broker gone) fails there as itself rather than inside an expectation.
+    counts = unexpected_counts(frame, bound.checks)
+    if counts is None:
+        frame.count()
+    elif all(counts[c.name] == 0 or c.severity == "warn" for c in bound.checks):
+        return Verdict(frame, [counted_outcome(c, counts) for c in bound.checks], [])
     outcomes = validator.validate(frame, table, views=views)
     if failed := [o.check.name for o in outcomes if not o.success]:
         # BOOLEAN_ONLY says nothing of how bad a failure is: ask the failed ones again.
@@ -91,7 +99,6 @@ def judge(
         }
         outcomes = [detail.get(o.check.name, o) for o in outcomes]
     kept, final, diverted = frame, [], []
-    bound = suite.bound(views or {}) if suite.inputs else suite
     for outcome in outcomes:
         check = bound.check(outcome.check.name)
         if not outcome.success and check.severity == "fail":
@@ -157,13 +164,6 @@ class BatchGate:
         if self.validator is None or table not in self.validator.suites:
             return frame
         self.spark = frame.sparkSession  # foreachBatch's own session: writes must use it
-        checks = self.validator.suites[table].checks
-        # Counted in Spark first, in a job or two: where nothing but warnings failed, that
-        # is the verdict, and Great Expectations (a job per metric) is not asked at all.
-        counts = unexpected_counts(frame, checks)
-        if counts is not None and all(counts[c.name] == 0 or c.severity == "warn" for c in checks):
-            self.outcomes[table] = [counted_outcome(c, counts) for c in checks]
-            return frame
         verdict = judge(self.validator, frame, table)
         self.outcomes[table] = verdict.outcomes
         self.quarantined += verdict.quarantined
