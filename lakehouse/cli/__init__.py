@@ -41,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: each command's own clean-up (a `finally`) has run; a traceback would
+        # only bury what it printed.
+        print("lakehouse: interrupted", file=sys.stderr)
+        return 130
 
 
 def parser() -> argparse.ArgumentParser:

@@ -68,8 +68,10 @@ def gameday(
     space = open_namespace(target, day_id)
     root = space.settings.storage.root
     echo(f"game day {day_id} on {named}: topics {space.prefix}*, lake {root}")
+    ended = False
     try:
         run_in(space, scenario, report)
+        ended = True
     finally:
         if space.broker is not None:
             space.broker.stop()
@@ -77,6 +79,8 @@ def gameday(
             space.gate.close()
         report.seconds = time.monotonic() - began
         written = write_report(report, space)
+        if not ended:  # Ctrl-C or a failure of game day itself: what it did is still kept
+            echo(f"game day cut short after {len(report.verdicts)} steps; report {written}")
         if not keep:
             remove(space)
     return report, written
