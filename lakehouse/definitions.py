@@ -239,7 +239,8 @@ class NodeRunner:
     def _model(self, model: Model) -> Done:
         from lakehouse.runtime.incremental import run_models
 
-        with lease.holding(self.settings, [model.name, *GOLD_WRITES], "lakehouse run gold"):
+        self._gold_books  # noqa: B018 (held from the walk's first model to its end)
+        with lease.holding(self.settings, [model.name], "lakehouse run gold"):
             (run,) = run_models(
                 self.spark,
                 self.settings.storage,
@@ -248,6 +249,7 @@ class NodeRunner:
                 int(self.settings.gold.full_refresh_below_mb * 2**20),
                 gate=self._gold_gate,
                 history=self._run_log,
+                record=False,
             )
         self.model_runs.append(run)
         reason = f" ({run.reason})" if run.reason else ""
@@ -267,6 +269,12 @@ class NodeRunner:
         from lakehouse.runtime.incremental import run_log
 
         return run_log(self.spark, self.settings.storage)
+
+    @cached_property
+    def _gold_books(self) -> None:
+        """The leases of what every model's run writes besides its table (`GOLD_WRITES`),
+        held until the walk's end, where the runs are recorded in one commit per table."""
+        self._held.enter_context(lease.holding(self.settings, GOLD_WRITES, "lakehouse run gold"))
 
     @cached_property
     def _gold_gate(self) -> Any:
@@ -316,8 +324,14 @@ class NodeRunner:
         return self
 
     def __exit__(self, *_: object) -> None:
-        """Release what the walk held (the check results' lease)."""
-        self._held.close()
+        """Record the walk's model runs (also when one failed), then release what the walk
+        held (the leases of the run log and the check results)."""
+        from lakehouse.runtime.incremental import record_runs
+
+        with self._held:
+            if "_gold_gate" in self.__dict__:  # a model ran: its runs and results are due
+                gate = self._gold_gate
+                record_runs(self.spark, self.settings.storage, gate.run_id, self.model_runs, gate)
 
 
 _RUNS: dict[Kind, Callable[[NodeRunner, Any], Done]] = {

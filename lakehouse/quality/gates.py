@@ -33,12 +33,14 @@ from lakehouse.quality.conditions import (
     without_rows,
 )
 from lakehouse.quality.store import (
+    RESULT_COLUMNS,
     Outcome,
     create_tables,
     new_run_id,
     quarantine_frame,
     quarantine_table,
     quarantined,
+    result_rows,
     results_frame,
     results_table,
 )
@@ -324,12 +326,13 @@ def _observed(observation: Observation) -> dict[str, Any] | None:
 @dataclass
 class WriteGate:
     """The quality gate of a batch write (a gold model's output): `judge` the rows before
-    the MERGE or overwrite, then `record` results and quarantined rows.
+    the MERGE or overwrite, then `record` results and quarantined rows, and `flush` the
+    results of every model of the run in one commit.
 
     A failed `fail` expectation records its results and raises, so the table is left as
-    it was. Results and quarantined rows are appended after the table's write: a crash
-    in between leaves the model's run unrecorded too, so its next run does it again (and
-    may quarantine the same rows a second time).
+    it was. Quarantined rows are appended after the table's write, results at the run's
+    end, before its run log: a crash in between leaves the model's run unrecorded too, so
+    its next run does it again (and may quarantine the same rows a second time).
     """
 
     validator: Validator
@@ -339,6 +342,9 @@ class WriteGate:
     _made: bool = False
     """The results and quarantine tables exist: made by the first record, so that a walk
     whose models all find their inputs unchanged opens neither."""
+    _results: list[tuple[Any, ...]] = field(default_factory=list)
+    """Results recorded and not yet flushed: a commit for each model's would cost a
+    second or so of a run of small models."""
 
     def _make_tables(self, spark: SparkSession) -> None:
         if not self._made:
@@ -386,13 +392,19 @@ class WriteGate:
         if not verdict.outcomes:
             return
         self._make_tables(spark)
-        found = results_frame(
-            spark, self.run_id, "run", self.layer, {table: verdict.outcomes}, None
+        self._results += result_rows(
+            self.run_id, "run", self.layer, {table: verdict.outcomes}, None
         )
-        delta.append(found, self.storage.table_uri(results_table(self.layer).name))
         if verdict.quarantined:
             rows = quarantined(verdict.quarantined, None)
             delta.append(rows, self.storage.table_uri(quarantine_table(self.layer).name))
+
+    def flush(self, spark: SparkSession) -> None:
+        """Append the results recorded since the last flush, in one commit."""
+        if self._results:
+            found = spark.createDataFrame(self._results, RESULT_COLUMNS)
+            delta.append(found, self.storage.table_uri(results_table(self.layer).name))
+            self._results.clear()
 
 
 def write_gate(settings: QualitySettings, storage: StorageSettings, layer: str) -> WriteGate:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -164,8 +165,17 @@ def results_frame(
     batch_id: int | None,
 ) -> DataFrame:
     """One row per expectation run, in the columns of the results tables."""
+    return spark.createDataFrame(
+        result_rows(run_id, mode, layer, outcomes, batch_id), RESULT_COLUMNS
+    )
+
+
+def result_rows(
+    run_id: str, mode: str, layer: str, outcomes: dict[str, list[Outcome]], batch_id: int | None
+) -> list[tuple[Any, ...]]:
+    """`results_frame`'s rows, validated now."""
     now = datetime.now(UTC)
-    rows = [
+    return [
         (
             run_id,
             mode,
@@ -185,7 +195,6 @@ def results_frame(
         for table, table_outcomes in outcomes.items()
         for o in table_outcomes
     ]
-    return spark.createDataFrame(rows, RESULT_COLUMNS)
 
 
 def new_run_id() -> str:

@@ -68,16 +68,18 @@ def run_models(
     echo: Callable[[str], None] = echo,
     gate: WriteGate | None = None,
     history: Mapping[str, Mapping[str, tuple[int, str]]] | None = None,
+    record: bool = True,
 ) -> list[ModelRun]:
     """Run `models`, each incrementally unless it cannot be or its inputs are smaller than
     `full_below_bytes`, where a full refresh is cheaper (`gold.full_refresh_below_mb`).
 
     `models` run one after another, each after the models it reads. The run log gets one
     row per model that recomputed anything, appended once at the end (also when a model
-    failed): a model whose row is lost to a crash is only recomputed next time. `gate`
-    validates each model's rows before they are written (`WriteGate`).
-    `history`: the run log as `run_log` read it, for a caller that runs models one at a
-    time (a walk of the graph), so that it reads the log once rather than once per model.
+    failed), after the gate's results: a model whose row is lost to a crash is only
+    recomputed next time. `gate` validates each model's rows before they are written
+    (`WriteGate`). For a caller that runs models one at a time (a walk of the graph):
+    `history`, the run log as `run_log` read it, so that it reads the log once rather than
+    once per model; `record=False`, so that it records all of them once, with `record_runs`.
     """
     history = run_log(spark, storage) if history is None else history
     # One id for the run, its gate's results and its commits: every commit names the run
@@ -103,7 +105,8 @@ def run_models(
             for model in dependency_order(models):
                 runs.append(run(model))
         finally:
-            _record(spark, storage, run_id, runs)
+            if record:
+                record_runs(spark, storage, run_id, runs, gate)
     return runs
 
 
@@ -170,16 +173,16 @@ def _full_reason(
         return "--full-refresh"
     if reason := _why_full(last, sources):
         return reason
-    assert last is not None
-    for name, s in sources.items():
-        if s.version > last[name][0] and delta.replaced_after(spark, s.location, last[name][0]):
-            return f"{name} was rebuilt since the last run"
     size = sum(s.size_bytes for s in sources.values())
-    if size < full_below_bytes:
+    if size < full_below_bytes:  # asked first: it needs no look at the inputs' history
         return (
             f"inputs of {size / 2**20:,.1f} MiB, under gold.full_refresh_below_mb: "
             "a full refresh is cheaper"
         )
+    assert last is not None
+    for name, s in sources.items():
+        if s.version > last[name][0] and delta.replaced_after(spark, s.location, last[name][0]):
+            return f"{name} was rebuilt since the last run"
     return ""
 
 
@@ -343,6 +346,22 @@ def _merge(rows: DataFrame, target: str, key: Sequence[str], kept: DataFrame) ->
 
 
 _KEPT = "lakehouse_kept"
+
+
+def record_runs(
+    spark: SparkSession,
+    storage: StorageSettings,
+    run_id: str,
+    runs: Sequence[ModelRun],
+    gate: WriteGate | None = None,
+) -> None:
+    """The gate's results of `runs`, then their rows in the run log: a commit each for
+    all of them. Results first: a crash between the two leaves the models unrecorded,
+    run again next time (their results then twice), never recorded without results."""
+    with delta.commits_naming(spark, run_id):
+        if gate is not None:
+            gate.flush(spark)
+        _record(spark, storage, run_id, runs)
 
 
 def _record(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
@@ -89,6 +90,13 @@ def test_a_clean_build_runs_and_checks_every_node_in_order_and_records_it(
         "gold.session_summary",
     }
     assert gated.where("NOT success").count() == 0
+    # ... and the walk recorded its three models' results and run-log rows once, at its end
+    runs = spark.read.format("delta").load(settings.storage.table_uri("gold.model_runs"))
+    assert sorted(r.model for r in runs.collect()) == sorted(n for n in NODES if "gold." in n[:5])
+    assert {r.run_id for r in runs.collect()} == {r.run_id for r in gated.collect()}
+    for name in ("quality.gold_expectation_results", "gold.model_runs"):
+        history = DeltaTable.forPath(spark, settings.storage.table_uri(name)).history()
+        assert history.where("operation = 'WRITE'").count() == 1, name
     # the manifest: dependencies, and every column documented, as DESCRIBE shows it
     manifest = json.loads((state / "manifest.json").read_text())
     daily = manifest["nodes"]["gold.sensor_daily"]
