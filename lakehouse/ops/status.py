@@ -31,7 +31,7 @@ from lakehouse.core.settings import FreshnessRule, KafkaLagRule, Settings, Stall
 from lakehouse.definitions import READERS, STREAMS
 from lakehouse.observe import progress
 from lakehouse.services.kafka import record_times, watermarks
-from lakehouse.storage import catalog, positions
+from lakehouse.storage import catalog, delta, positions
 from lakehouse.storage.positions import Reader
 
 Level = Literal["ok", "warn", "error"]
@@ -294,19 +294,10 @@ def readers_behind(
 ) -> list[ReaderLag]:
     """How far each incremental reader is behind the table it reads."""
     lags = []
-    history: dict[str, list[Any]] = {}
     for table, read in sorted(positions.next_versions(spark, settings, readers).items()):
-        uri = settings.storage.table_uri(table)
-        if table not in history:
-            history[table] = (
-                spark.sql(f"DESCRIBE HISTORY delta.`{uri}`")
-                .select("version", "operation", "operationMetrics")
-                .collect()
-                if catalog.is_delta(spark, uri)
-                else []
-            )
+        history = history_since(spark, settings.storage.table_uri(table), min(v for _, v in read))
         for reader, next_version in read:
-            unread = [h for h in history[table] if h["version"] >= next_version]
+            unread = [h for h in history if h["version"] >= next_version]
             lags.append(
                 ReaderLag(
                     reader,
@@ -316,6 +307,27 @@ def readers_behind(
                 )
             )
     return lags
+
+
+def history_since(spark: SparkSession, uri: str, first: int) -> list[Any]:
+    """The commits of the table at `uri` from version `first` on: their version, operation
+    and metrics. Only those are read (`DESCRIBE HISTORY ... LIMIT`), not a long history
+    each time a reader is asked; a commit landing meanwhile is read with them."""
+    if not catalog.is_delta(spark, uri):
+        return []
+    limit = delta.latest(spark, uri).version - first + 1
+    while limit > 0:
+        found = (
+            spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT {limit}")
+            .select("version", "operation", "operationMetrics")
+            .collect()
+        )
+        # The newest `limit` commits: they reach back to `first` unless more came since
+        # the version was looked up, or the history holds no more.
+        if len(found) < limit or min(h["version"] for h in found) <= first:
+            return [h for h in found if h["version"] >= first]
+        limit *= 2
+    return []
 
 
 def changed_rows(operation: str, metrics: Mapping[str, str]) -> int:

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
+from lakehouse.ops.status import changed_rows, history_since
 from lakehouse.ops.status import status as lakehouse_status
 from lakehouse.services import process
 from lakehouse.storage import catalog
@@ -211,3 +212,22 @@ def test_a_continuous_run_serves_metrics_that_match_its_progress_table(
     assert job.returncode == 0, output[-3000:]
     assert not foreign_lines(output), output
     assert re.search(r"metrics for Prometheus: http://127\.0\.0\.1:\d+/metrics", output)
+
+
+def test_a_readers_unread_commits_are_read_alone_and_all_of_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "t").as_uri()
+    for n in range(6):  # versions 0..5, each of n + 1 rows
+        spark.range(n + 1).write.format("delta").mode("append").save(uri)
+
+    found = history_since(spark, uri, 3)
+
+    assert [(h["version"], changed_rows(h["operation"], h["operationMetrics"])) for h in found] == [
+        (5, 6),
+        (4, 5),
+        (3, 4),
+    ]
+    assert history_since(spark, uri, 6) == []  # nothing unread
+    assert [h["version"] for h in history_since(spark, uri, 0)] == [5, 4, 3, 2, 1, 0]
+    assert history_since(spark, (tmp_path / "none").as_uri(), 0) == []
