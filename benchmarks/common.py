@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +79,14 @@ def timed(work: Callable[..., object], *args: Any) -> float:
     started = time.perf_counter()
     work(*args)
     return time.perf_counter() - started
+
+
+def medians(seconds: dict[str, list[float]], baseline: str, title: Callable[[str], str]) -> None:
+    """Each way's median of its `seconds` and its ratio to the `baseline` way's, a line each."""
+    base = statistics.median(seconds[baseline])
+    for name, runs in seconds.items():
+        median = statistics.median(runs)
+        print(f"{title(name)}: median {median:.2f} s ({len(runs)} runs), ratio {median / base:.2f}")
 
 
 def fmt(seconds: list[float]) -> str:

@@ -10,13 +10,12 @@ of each, the two alternate three times, five runs each; the medians count.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from benchmarks.common import timed
+from benchmarks.common import medians, timed
 from benchmarks.gold import Lake
 from lakehouse.definitions import MODELS
 from lakehouse.runtime import incremental
@@ -50,11 +49,7 @@ def main() -> None:
                 if measured:
                     seconds[name] += runs
         incremental.pin = pins["the log"]
-    base = statistics.median(seconds["DESCRIBE"])
-    for name, runs in seconds.items():
-        median = statistics.median(runs)
-        print(f"gold over unchanged inputs, pinned by {name:8}: median {median:.2f} s "
-              f"({len(runs)} runs), ratio {median / base:.2f}")  # fmt: skip
+    medians(seconds, "DESCRIBE", lambda name: f"gold over unchanged inputs, pinned by {name:8}")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,12 @@ each, the two alternate three times; the medians count.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-from benchmarks.common import timed
+from benchmarks.common import medians, timed
 from benchmarks.gold import BASE, Lake
 from lakehouse.definitions import MODELS
 from lakehouse.graph.models import dependency_order
@@ -70,11 +69,11 @@ def main() -> None:
                 took = after_late_session(at_the_end)
                 if measured:
                     seconds[name].append(took)
-    base = statistics.median(seconds["each model as it ends"])
-    for name, runs in seconds.items():
-        median = statistics.median(runs)
-        print(f"gold cycle of 3 models, results and run log committed {name:22}: "
-              f"median {median:.2f} s ({len(runs)} cycles), ratio {median / base:.2f}")  # fmt: skip
+    medians(
+        seconds,
+        "each model as it ends",
+        lambda name: f"gold cycle of 3 models, results and run log committed {name:22}",
+    )
 
 
 if __name__ == "__main__":
