@@ -17,15 +17,12 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from functools import partial
-from typing import Any
 from urllib.parse import urlparse
 
 from pyspark.sql import SparkSession
 
 from lakehouse.core.console import echo
 from lakehouse.core.errors import LakehouseError, first_line
-from lakehouse.core.settings import Settings
 from lakehouse.definitions import READERS
 from lakehouse.gameday import faults, lake, reconcile, reference
 from lakehouse.gameday.pipeline import Namespace, Pipeline, lakehouse
@@ -36,7 +33,6 @@ from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services import s3
 from lakehouse.services.kafka import watermarks
 from lakehouse.storage import positions
-from lakehouse.storage.delta import side_by_side
 
 POLL_S = 2.0
 """How often a step asks whether the pipeline caught up: a few listings, and its readers
@@ -153,24 +149,17 @@ class Day:
 
     def reconcile(self) -> list[Tally]:
         """Every layer against what it must hold now."""
-        # Read side by side: a read of a small table is mostly the driver's wait.
-        accepted, in_bronze, in_silver, gold = side_by_side(
-            [partial(read, self.spark, self.space.settings) for read in _LAYERS]
+        accepted = lake.accepted_losses(self.spark, self.space.settings)
+        bronze = reconcile.kafka_vs_bronze(
+            self.sent.values(), lake.bronze_records(self.spark, self.space.settings), accepted
         )
-        bronze = reconcile.kafka_vs_bronze(self.sent.values(), in_bronze, accepted)
         kept = [r for r in self.sent.values() if not reconcile.forgiven(r, accepted)]
         kept = [r for r in kept if reference.reaches_silver(r[3], r[4])]
         expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
-        return [bronze, reconcile.silver_vs_reference(in_silver, expected), gold]
-
-
-_LAYERS: list[Callable[[SparkSession, Settings], Any]] = [
-    lake.accepted_losses,
-    lake.bronze_records,
-    lake.silver_found,
-    lake.gold_tally,
-]
-"""What `reconcile` reads of the lake: the accepted losses, bronze, silver, gold's tally."""
+        silver = reconcile.silver_vs_reference(
+            lake.silver_found(self.spark, self.space.settings), expected
+        )
+        return [bronze, silver, lake.gold_tally(self.spark, self.space.settings)]
 
 
 def run_step(day: Day, step: Step, number: int) -> Verdict:
