@@ -295,7 +295,8 @@ def readers_behind(
     """How far each incremental reader is behind the table it reads."""
     lags = []
     for table, read in sorted(positions.next_versions(spark, settings, readers).items()):
-        history = history_since(spark, settings.storage.table_uri(table), min(v for _, v in read))
+        uri, first = settings.storage.table_uri(table), min(v for _, v in read)
+        history = delta.history_since(spark, uri, first)
         for reader, next_version in read:
             unread = [h for h in history if h["version"] >= next_version]
             lags.append(
@@ -307,27 +308,6 @@ def readers_behind(
                 )
             )
     return lags
-
-
-def history_since(spark: SparkSession, uri: str, first: int) -> list[Any]:
-    """The commits of the table at `uri` from version `first` on: their version, operation
-    and metrics. Only those are read (`DESCRIBE HISTORY ... LIMIT`), not a long history
-    each time a reader is asked; a commit landing meanwhile is read with them."""
-    if not catalog.is_delta(spark, uri):
-        return []
-    limit = delta.latest(spark, uri).version - first + 1
-    while limit > 0:
-        found = (
-            spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT {limit}")
-            .select("version", "operation", "operationMetrics")
-            .collect()
-        )
-        # The newest `limit` commits: they reach back to `first` unless more came since
-        # the version was looked up, or the history holds no more.
-        if len(found) < limit or min(h["version"] for h in found) <= first:
-            return [h for h in found if h["version"] >= first]
-        limit *= 2
-    return []
 
 
 def changed_rows(operation: str, metrics: Mapping[str, str]) -> int:

@@ -248,6 +248,27 @@ def replaced_after(spark: SparkSession, location: str, version: int) -> bool:
     return bool(history.where(F.col("operationParameters")["mode"] == "Overwrite").take(1))
 
 
+def history_since(spark: SparkSession, uri: str, first: int) -> list[Any]:
+    """The commits of the table at `uri` from version `first` on: their version, operation
+    and metrics. Only those are read (`DESCRIBE HISTORY ... LIMIT`), not a long history
+    each time a reader is asked; a commit landing meanwhile is read with them."""
+    if not catalog.is_delta(spark, uri):
+        return []
+    limit = latest(spark, uri).version - first + 1
+    while limit > 0:
+        found = (
+            spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT {limit}")
+            .select("version", "operation", "operationMetrics")
+            .collect()
+        )
+        # The newest `limit` commits: they reach back to `first` unless more came since
+        # the version was looked up, or the history holds no more.
+        if len(found) < limit or min(h["version"] for h in found) <= first:
+            return [h for h in found if h["version"] >= first]
+        limit *= 2
+    return []
+
+
 def merge(
     rows: DataFrame,
     location: str,

@@ -21,10 +21,11 @@ from pyspark.sql import functions as F
 from bronze import sensor_records
 from lakehouse.core.settings import Settings
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
-from lakehouse.ops.status import changed_rows, history_since
+from lakehouse.ops.status import changed_rows
 from lakehouse.ops.status import status as lakehouse_status
 from lakehouse.services import process
 from lakehouse.storage import catalog
+from lakehouse.storage.delta import history_since
 from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
 
 pytestmark = pytest.mark.integration
