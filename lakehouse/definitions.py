@@ -223,6 +223,8 @@ class NodeRunner:
     """Checks: only the rows written since (`check --since`)."""
     model_runs: list[ModelRun] = field(default_factory=list)
     """What each model node did, in the order they ran."""
+    _recorded: int = 0
+    """How many of `model_runs` are in the run log (`_record_models`)."""
     _held: ExitStack = field(default_factory=ExitStack)
 
     def __call__(self, node: Node) -> Done:
@@ -282,8 +284,20 @@ class NodeRunner:
 
         return write_gate(self.settings.quality, self.settings.storage, "gold")
 
+    def _record_models(self) -> None:
+        """Record the walk's model runs not recorded yet, with their gate's results, in a
+        commit a table: at the walk's end, and before a check, which binds a model's
+        reconciliation to the input versions its last recorded run read."""
+        from lakehouse.runtime.incremental import record_runs
+
+        if "_gold_gate" in self.__dict__:  # a model ran: its runs and results may be due
+            gate, pending = self._gold_gate, self.model_runs[self._recorded :]
+            record_runs(self.spark, self.settings.storage, gate.run_id, pending, gate)
+            self._recorded = len(self.model_runs)
+
     def _check(self, suite: Suite) -> Done:
         table = suite.table
+        self._record_models()
         checked = self._checker.check(table, self.since)
         if checked is None:
             return Done("skipped", message=f"{table} is not built yet")
@@ -326,12 +340,8 @@ class NodeRunner:
     def __exit__(self, *_: object) -> None:
         """Record the walk's model runs (also when one failed), then release what the walk
         held (the leases of the run log and the check results)."""
-        from lakehouse.runtime.incremental import record_runs
-
         with self._held:
-            if "_gold_gate" in self.__dict__:  # a model ran: its runs and results are due
-                gate = self._gold_gate
-                record_runs(self.spark, self.settings.storage, gate.run_id, self.model_runs, gate)
+            self._record_models()
 
 
 _RUNS: dict[Kind, Callable[[NodeRunner, Any], Done]] = {

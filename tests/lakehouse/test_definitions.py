@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
 from lakehouse import PROJECT_ROOT
 from lakehouse import definitions as pipeline
 from lakehouse.core.settings import load_settings
 from lakehouse.core.tables import columns_of
+from lakehouse.runtime import incremental
 from silver import reconstruct
 
 
@@ -59,3 +65,31 @@ def test_column_lists_read_types_with_commas_whole() -> None:
         ("b", "ARRAY<STRUCT<k: STRING, v: INT>>"),
         ("c", "INT"),
     ]
+
+
+def test_a_check_in_a_walk_reads_the_run_log_with_the_models_before_it_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A walk records its models' runs in one commit, at its end: but a check binds a
+    # model's reconciliation to its recorded run, so the runs before it go in first.
+    recorded: list[list[str]] = []
+
+    def record_runs(spark: Any, storage: Any, run_id: str, runs: list[Any], gate: Any) -> None:
+        recorded.append([r.model for r in runs])
+
+    monkeypatch.setattr(incremental, "record_runs", record_runs)
+    checked: list[tuple[str, list[list[str]]]] = []
+
+    class Checker:
+        def check(self, table: str, since: str | None) -> None:
+            checked.append((table, [list(r) for r in recorded]))
+
+    runner = pipeline.NodeRunner(None, SimpleNamespace(storage=None))  # type: ignore[arg-type]
+    runner.__dict__.update(_gold_gate=SimpleNamespace(run_id="walk"), _checker=Checker())
+    with runner:
+        runner.model_runs.append(incremental.ModelRun("gold.a", "full"))
+        runner._check(SimpleNamespace(table="gold.a"))  # type: ignore[arg-type]
+        runner.model_runs.append(incremental.ModelRun("gold.b", "full"))
+
+    assert checked == [("gold.a", [["gold.a"]])]
+    assert recorded == [["gold.a"], ["gold.b"]]  # each run once; the rest at the walk's end
