@@ -84,8 +84,8 @@ class Day:
         self._behind_at: tuple[int, ...] | None = None
         """What was written when the readers were last found behind."""
 
-    def send(self, **changes: object) -> None:
-        """The step's traffic to Kafka, and what Kafka then holds, kept."""
+    def traffic(self, **changes: object) -> TrafficSpec:
+        """The step's traffic: the scenario's, its sensors and seed the step's own."""
         spec = TrafficSpec(
             seed=self.step_number,
             first_sensor=1 + 10 * self.step_number,
@@ -93,7 +93,13 @@ class Day:
             partitions=2,
             **asdict(self.scenario.traffic),
         )
-        produce(replace(spec, **changes), self.space.bootstrap)  # type: ignore[arg-type]
+        return replace(spec, **changes)  # type: ignore[arg-type]
+
+    def send(self, *specs: TrafficSpec, **changes: object) -> None:
+        """The step's traffic (or `specs`, one after the other, before the pipeline's next
+        batch is likely to begin) to Kafka, and what Kafka then holds, kept."""
+        for spec in specs or (self.traffic(**changes),):
+            produce(spec, self.space.bootstrap)
         self.remember()
 
     def more(self) -> None:
@@ -255,10 +261,11 @@ def long_stop(day: Day, step: Step) -> None:
 
 def clock_ahead(day: Day, step: Step) -> None:
     """One sensor's clock `hours` ahead of the others', beside the usual traffic."""
-    day.send()
+    usual = day.traffic()
     ahead = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=step.hours)
     day.step_number += 100
-    day.send(sensors=1, start_time=ahead, faults={})  # its clock the only fault
+    # Sent together: one batch of each stream takes both, as a sensor beside others would.
+    day.send(usual, day.traffic(sensors=1, start_time=ahead, faults={}))  # its clock the only fault
 
 
 def retention_loss(day: Day, step: Step) -> None:
