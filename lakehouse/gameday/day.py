@@ -37,6 +37,11 @@ from lakehouse.storage import positions
 POLL_S = 2.0
 """How often a step asks whether the pipeline caught up: a few listings, and its readers
 asked (Spark jobs) only when something was written since they were found behind."""
+READERS_IN_ORDER = (
+    tuple(r for r in READERS if r.checkpoint is not None),
+    tuple(r for r in READERS if r.checkpoint is None),
+)
+"""The streams' readers, then the models'."""
 RECOVERY_S = 300.0
 """How long a step waits for the pipeline to catch up before its verdict is FAIL."""
 
@@ -131,16 +136,18 @@ class Day:
         if not read or any(p.lag for p in status.kafka_lag(watermarks(settings), read)):
             return False
         # Asking each reader is Spark jobs beside the pipeline's, on the same cores: asked
-        # again only once something a reader's position depends on was written.
+        # again only once something a reader's position depends on was written, and in the
+        # pipeline's order: gold's models are not asked while silver is behind bronze.
         mark = lake.written_mark(self.spark, settings)
         if mark == self._behind_at:
             return False
-        lags = status.readers_behind(self.spark, settings, READERS)
-        done = {(r.reader, r.table) for r in lags if not r.rows_behind}
-        if len(done) == len({(r.name, r.table) for r in READERS}):
-            return True
-        self._behind_at = mark
-        return False
+        for readers in READERS_IN_ORDER:
+            lags = status.readers_behind(self.spark, settings, readers)
+            done = {(r.reader, r.table) for r in lags if not r.rows_behind}
+            if len(done) < len({(r.name, r.table) for r in readers}):
+                self._behind_at = mark
+                return False
+        return True
 
     def recover(self) -> float:
         """Seconds until the pipeline caught up; LakehouseError if it did not in time."""

@@ -52,8 +52,12 @@ def next_versions(
     """table -> (reader, the first version of it the reader has not read), for each of
     `readers` that has read anything yet."""
     positions: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    runs_exist = catalog.is_delta(spark, settings.storage.table_uri(model_runs.RUNS.name))
-    models_read = model_runs.last_versions(spark, settings.storage) if runs_exist else {}
+    models_read: model_runs.LastVersions = {}
+    # The run log is a Spark job to read: only for models' positions.
+    if any(r.model is not None for r in readers) and catalog.is_delta(
+        spark, settings.storage.table_uri(model_runs.RUNS.name)
+    ):
+        models_read = model_runs.last_versions(spark, settings.storage)
     for reader in readers:
         position = None
         if reader.checkpoint is not None:
