@@ -129,20 +129,12 @@ class EndedEarly(LakehouseError):
     that did not answer, never left ended while the others go on."""
 
 
-def every(
-    seconds: float, run: Callable[[], None], clock: Callable[[], float] = time.monotonic
-) -> Callable[[threading.Event], None]:
-    """A part that starts `run` every `seconds` until stopped (first after one period), as
-    a stream's trigger does: a run that took longer than the period is followed by the
-    next at once, not after another period. A pause after each run would hold back what a
-    stream committed while it ran (on a busy machine, most of what it waits for)."""
+def every(seconds: float, run: Callable[[], None]) -> Callable[[threading.Event], None]:
+    """A part that runs `run` every `seconds` until stopped (first after one period)."""
 
     def part(stop: threading.Event) -> None:
-        wait = seconds
-        while not stop.wait(wait):
-            began = clock()
+        while not stop.wait(seconds):
             run()
-            wait = max(0.0, seconds - (clock() - began))
 
     return part
 

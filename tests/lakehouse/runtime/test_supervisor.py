@@ -9,7 +9,7 @@ import time
 
 from lakehouse.core.errors import LakehouseError, Unavailable, transient
 from lakehouse.core.settings import SupervisionSettings
-from lakehouse.runtime.supervise import Budget, Part, every, supervise
+from lakehouse.runtime.supervise import Budget, Part, supervise
 
 POLICY = SupervisionSettings(
     restarts=3, window_seconds=60, backoff_seconds=0.01, max_backoff_seconds=0.02
@@ -119,22 +119,3 @@ def test_a_part_that_ends_by_itself_is_restarted_then_stops_every_part_with_a_li
         "gave up after 3 restarts within 60s: ended while the pipeline runs (its query "
         "stopped from outside?)"
     )
-
-
-def test_gold_starts_every_period_from_its_last_start_and_at_once_after_a_long_run() -> None:
-    """Runs of 2 s and 7 s on a 5 s schedule: the waits before each are 5, 3 (5 less the
-    2 s run), then 0: a run longer than the period is followed by the next at once."""
-    now, waits, durations = [0.0], [], [2.0, 7.0, 1.0]
-
-    class Stop(threading.Event):
-        def wait(self, timeout: float | None = None) -> bool:
-            waits.append(timeout)
-            now[0] += timeout or 0.0
-            return len(waits) > len(durations)
-
-    def run() -> None:
-        now[0] += durations[len(waits) - 1]
-
-    every(5, run, clock=lambda: now[0])(Stop())
-
-    assert waits == [5, 3.0, 0.0, 4.0]
