@@ -100,10 +100,11 @@ class Day:
         )
         return replace(spec, **changes)  # type: ignore[arg-type]
 
-    def send(self, *specs: TrafficSpec, **changes: object) -> None:
-        """The step's traffic (or `specs`, one after the other, before the pipeline's next
-        batch is likely to begin) to Kafka, and what Kafka then holds, kept."""
-        for spec in specs or (self.traffic(**changes),):
+    def send(self, *specs: TrafficSpec) -> None:
+        """`specs` (by default the step's traffic) to Kafka one after the other, then what
+        Kafka holds kept: read back once, after all of them, so that the pipeline's next
+        batch usually takes them together."""
+        for spec in specs or (self.traffic(),):
             produce(spec, self.space.bootstrap)
         self.remember()
 
@@ -271,7 +272,8 @@ def clock_ahead(day: Day, step: Step) -> None:
     usual = day.traffic()
     ahead = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=step.hours)
     day.step_number += 100
-    # Sent together: one batch of each stream takes both, as a sensor beside others would.
+    # Sent together, so that one batch of each stream usually takes both (two sends, each
+    # read back, took two batches of each stream and two gold cycles).
     day.send(usual, day.traffic(sensors=1, start_time=ahead, faults={}))  # its clock the only fault
 
 
@@ -288,7 +290,9 @@ def retention_loss(day: Day, step: Step) -> None:
     topic = min(t for t, _, _ in day.sent)
     day.pipeline.stop()
     before = set(day.sent)
-    day.send(first_sensor=int(topic.removeprefix(day.space.prefix).removeprefix("sensor-")))
+    day.send(
+        day.traffic(first_sensor=int(topic.removeprefix(day.space.prefix).removeprefix("sensor-")))
+    )
     fresh = sorted(k for k in day.sent if k not in before and k[0] == topic)
     partition, low = fresh[0][1], fresh[0][2]
     admin = AdminClient({"bootstrap.servers": day.space.bootstrap})
