@@ -28,11 +28,13 @@ demo: setup ## the whole pipeline on local services: Kafka -> bronze -> silver -
 demo-cluster: setup ## the demo with every job on a local Spark cluster and every table on local S3
 	LAKEHOUSE_TARGET=local-cluster bash scripts/demo.sh
 
-# The tests' CLI runs map the classes their JVMs load from this archive: the path of
-# CDS_ARCHIVE in tests/support (made by tests/support/cds.py).
-CDS := .state/cds/cli.jsa
+# The tests' CLI runs map the classes their JVMs load from archives in CDS_DIR of
+# tests/support (made by tests/support/cds.py); this file says they were made.
+CDS := .state/cds/made
 $(CDS): $(VENV)/.installed jvm/pom.xml | setup
+	rm -rf .state/cds
 	$(BIN)/python -m tests.support.cds
+	touch $@
 
 # TEST_WORKERS pytest processes side by side, a module at a time, each with its own broker,
 # metastore and Spark: first the tests that kill nothing, longest first (the order is

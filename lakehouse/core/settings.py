@@ -73,6 +73,9 @@ class SparkSettings:
     driver_memory: str
     log_level: str
     conf: dict[str, str]
+    class_data_dir: str
+    """Folder of the driver JVMs' class-data archives (`runtime/class_data.py`), in the
+    project unless absolute; `none`: every JVM reads its classes from the jars."""
 
 
 @dataclass(frozen=True)

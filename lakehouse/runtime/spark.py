@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +23,7 @@ from lakehouse import PROJECT_ROOT
 from lakehouse.core.console import divert, echo
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
+from lakehouse.runtime import class_data
 from lakehouse.services import Reached, jars, reached
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -76,7 +78,12 @@ def build_spark(
     # cluster target names its executors' interpreter with spark.pyspark.python.
     python = conf.get("spark.pyspark.python") or WORKER_PYTHON
     os.environ["PYSPARK_PYTHON"] = python
-    start_jvm(conf, log)
+    archive = class_data.archive_of(spark_settings.class_data_dir, conf, DRIVER_JAVA_OPTIONS)
+    option, written = class_data.java_option(archive) if archive else ("", None)
+    conf[DRIVER_JAVA_OPTIONS] = f"{conf[DRIVER_JAVA_OPTIONS]} {option}".rstrip()
+    jvm = start_jvm(conf, log)
+    if jvm is not None and archive is not None and written is not None:
+        class_data.keep_when_written(jvm, written, archive)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -150,14 +157,15 @@ def log_file(settings: Settings, app: str) -> Path:
     return settings.storage.local_state_dir / "logs" / f"{app}.log"
 
 
-def start_jvm(conf: dict[str, str], log: Path) -> None:
+def start_jvm(conf: dict[str, str], log: Path) -> subprocess.Popen[bytes] | None:
     """Launch this process's Spark driver JVM, as `getOrCreate` would, but with its output
     in `log`: log4j's lines, what the JVM and libraries print themselves (the incubator
     module notice, VACUUM's counts) and the stderr of the Python workers it forks. A JVM
-    runs once per process; a second session reuses it, and its log."""
+    runs once per process; a second session reuses it, and its log. The JVM's process if
+    this call started it."""
     with SparkContext._lock:
         if SparkContext._gateway is not None:
-            return
+            return None
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             # Runs of the same application share the file: each begins with a line that
@@ -177,6 +185,7 @@ def start_jvm(conf: dict[str, str], log: Path) -> None:
                 raise LakehouseError(f"Spark's JVM did not start; see {log}") from None
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+        return gateway.proc
 
 
 def session_for(

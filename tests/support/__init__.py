@@ -70,12 +70,12 @@ def compiled_plans(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, value)
 
 
-CDS_ARCHIVE = PROJECT_ROOT / ".state" / "cds" / "cli.jsa"
-"""The class-data sharing archive of the CLI runs' JVMs, made by `make test` before pytest
-(`tests/support/cds.py`): each JVM maps the classes a run loads rather than parsing and
-verifying them again, and a run ends ~4 s sooner (docs/testing.md). Given through
-`SPARK_SUBMIT_OPTS`, which reaches the JVM spark-submit starts and no other: a JVM of another
-class path (the broker's) would warn on its console. Without the file, runs go as before."""
+CDS_DIR = PROJECT_ROOT / ".state" / "cds"
+"""The class-data archives of the CLI runs' JVMs, made by `make test` before pytest
+(`tests/support/cds.py`) by the product's own means (`spark.class_data_dir`): each JVM maps
+the classes a run loads rather than reading, parsing and verifying them again, and a run
+ends ~4 s sooner (docs/testing.md). Without them, runs write none (`none`): a run's JVM
+would spend seconds writing one as it exits."""
 
 
 def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str) -> dict[str, str]:
@@ -90,11 +90,10 @@ def overrides(storage_root: Path, bootstrap: str, topic_prefix: str, **keys: str
         "LAKEHOUSE__SPARK__MASTER": "local[2]",
         "LAKEHOUSE__SPARK__SHUFFLE_PARTITIONS": "2",
         "JDK_JAVA_OPTIONS": CLI_JVM_OPTIONS,
+        "LAKEHOUSE__SPARK__CLASS_DATA_DIR": str(CDS_DIR) if any(CDS_DIR.glob("*.jsa")) else "none",
     }
     if METASTORE_ENV in os.environ:
         env[METASTORE_ENV] = os.environ[METASTORE_ENV]
-    if CDS_ARCHIVE.exists():
-        env["SPARK_SUBMIT_OPTS"] = f"-XX:SharedArchiveFile={CDS_ARCHIVE}"
     env.update({f"LAKEHOUSE__{k.upper()}": v for k, v in keys.items()})
     return env
 

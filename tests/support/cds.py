@@ -1,8 +1,9 @@
-"""Makes `CDS_ARCHIVE`, the class-data sharing archive of the CLI runs' JVMs: one `lakehouse
-build` of a little traffic, whose JVM writes every class it loaded (Spark, Delta, Kafka's
-client, the state store, the checks) into the archive as it exits. `make test` runs this
-before pytest, as it fetches the jars; a JVM whose jars or class path differ from the
-archive's says so in its Spark log and loads its classes as usual.
+"""Makes the class-data archives of the tests' CLI runs in `CDS_DIR`, by the product's own
+means (`spark.class_data_dir`, `lakehouse/runtime/class_data.py`): each run below writes
+the archive of its class path as its JVM exits. One `lakehouse build` of a little traffic
+(the runs that name the tests' metastore: Spark, Delta, Kafka's client, the state store,
+the checks), then bronze again without a catalog (game day's namespaces, whose catalog is
+their own). `make test` runs this before pytest, as it fetches the jars.
 
     python -m tests.support.cds
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from lakehouse.ops.producer import TrafficSpec, produce
 from lakehouse.services.kafka import EmbeddedKafka
 from lakehouse.services.metastore import EmbeddedMetastore
-from tests.support import CDS_ARCHIVE, METASTORE_ENV, command_lines, overrides, run_lakehouse
+from tests.support import CDS_DIR, METASTORE_ENV, overrides, run_lakehouse
 
 TRAFFIC = TrafficSpec(seed=7, sensors=1, sessions_per_sensor=2, rows_per_snapshot=5,
                       updates_per_session=10, partitions=2, topic_prefix="cds.",
@@ -26,44 +27,37 @@ TRAFFIC = TrafficSpec(seed=7, sensors=1, sessions_per_sensor=2, rows_per_snapsho
 """Enough to take the paths of a build once: snapshots, updates, a violation, gold."""
 
 
-def make_archive() -> None:
-    began, archive = time.monotonic(), CDS_ARCHIVE
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
+def make_archives() -> None:
+    began = time.monotonic()
+    CDS_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         broker, metastore = EmbeddedKafka(root / "kafka"), EmbeddedMetastore(root / "catalog")
         try:
             bootstrap = broker.start()
-            # The tests' runs name a metastore, whose driver is then on their class path:
-            # this one's must be the same for them to use the archive.
+            # The tests' runs name a metastore, whose driver is then on their class path.
             os.environ[METASTORE_ENV] = metastore.start()
             produce(TRAFFIC, bootstrap)
             env = overrides(root, bootstrap, TRAFFIC.topic_prefix)
-            env["SPARK_SUBMIT_OPTS"] = f"-XX:ArchiveClassesAtExit={partial}"
-            built = run_lakehouse("build", env=env, timeout=600)
-            if built.returncode != 0:
-                sys.exit(f"the build that makes {archive} failed:\n{built.stdout[-3000:]}")
-            _wait_for_the_jvm(partial)
+            env["LAKEHOUSE__SPARK__CLASS_DATA_DIR"] = str(CDS_DIR)
+            _run(env, "build")
+            _run({**env, "LAKEHOUSE__CATALOG__METASTORE": "none"}, "run", "bronze")
         finally:
             broker.stop()
             metastore.stop()
-    partial.replace(archive)
-    size = archive.stat().st_size / 2**20
-    print(f"class-data archive ready in {archive} ({size:.0f} MB, {time.monotonic() - began:.0f}s)")
+    made = sorted(CDS_DIR.glob("*.jsa"))
+    size = sum(a.stat().st_size for a in made) / 2**20
+    print(f"{len(made)} class-data archives in {CDS_DIR} ({size:.0f} MB, "
+          f"{time.monotonic() - began:.0f}s)")  # fmt: skip
 
 
-def _wait_for_the_jvm(partial: Path, within_s: float = 120) -> None:
-    """The build's Python ends before its JVM, which writes the archive as it exits."""
-    deadline = time.monotonic() + within_s
-    while any(f"ArchiveClassesAtExit={partial}" in line for line in command_lines()):
-        if time.monotonic() > deadline:
-            sys.exit(f"the JVM that writes {partial} did not exit within {within_s:.0f}s")
-        time.sleep(0.5)
-    if not partial.exists():
-        sys.exit(f"the JVM exited without writing {partial}")
+def _run(env: dict[str, str], *args: str) -> None:
+    """A CLI run, which returns once its JVM has written its archive."""
+    ran = run_lakehouse(*args, env=env, timeout=600)
+    if ran.returncode != 0:
+        sys.exit(f"`lakehouse {' '.join(args)}`, which makes an archive in {CDS_DIR}, failed:\n"
+                 f"{ran.stdout[-3000:]}")  # fmt: skip
 
 
 if __name__ == "__main__":
-    make_archive()
+    make_archives()
