@@ -25,7 +25,7 @@ from lakehouse.core.console import echo
 from lakehouse.core.errors import LakehouseError, first_line
 from lakehouse.definitions import READERS
 from lakehouse.gameday import faults, lake, reconcile, reference
-from lakehouse.gameday.pipeline import Namespace, Pipeline, lakehouse
+from lakehouse.gameday.pipeline import Namespace, Pipeline, ended, lakehouse
 from lakehouse.gameday.reconcile import KafkaRecord, Tally
 from lakehouse.gameday.scenario import Scenario, Step
 from lakehouse.ops import status
@@ -280,7 +280,9 @@ def clock_ahead(day: Day, step: Step) -> None:
 def retention_loss(day: Day, step: Step) -> None:
     """Records of one partition deleted before bronze read them (as retention would):
     bronze stops naming the loss; game day accepts it with the operator's command
-    (`lakehouse bronze accept-loss`) and the loss is accounted for."""
+    (`lakehouse bronze accept-loss`) and the loss is accounted for. Bronze is seen to stop
+    by `lakehouse run bronze` (bronze's own job, as `run all` runs it): the pipeline's
+    silver and gold would start beside it for nothing, on the cores bronze needs."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -299,13 +301,14 @@ def retention_loss(day: Day, step: Step) -> None:
     deleted = admin.delete_records([TopicPartition(topic, partition, low + step.records)])
     for future in deleted.values():
         future.result(30)
-    day.pipeline.start()
-    code = day.pipeline.wait(RECOVERY_S)
+    with day.pipeline.log.open("ab") as out:
+        bronze = lakehouse(day.space, "run", "bronze", stdout=out)
+        code = ended(bronze, RECOVERY_S)
     if code is None or code == 0:
         raise LakehouseError(f"bronze did not stop at the loss of {topic}/{partition}")
     accept = lakehouse(day.space, "bronze", "accept-loss", topic, str(partition),
                        "--reason", "game day: retention-loss")  # fmt: skip
-    if accept.wait(RECOVERY_S) != 0:
+    if ended(accept, RECOVERY_S) != 0:
         raise LakehouseError(f"`lakehouse bronze accept-loss {topic} {partition}` failed")
     echo(f"  ran `lakehouse bronze accept-loss {topic} {partition}` (the documented way on)")
     day.pipeline.start()

@@ -168,13 +168,14 @@ class Pipeline:
                 self.kill()
         return self.job.returncode
 
-    def wait(self, timeout_s: float) -> int | None:
-        """Its exit code once it ended, None if it still runs after `timeout_s`."""
-        assert self.job is not None
-        try:
-            return self.job.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+
+def ended(command: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+    """Its exit code, or None (and it killed) if it still runs after `timeout_s`."""
+    try:
+        return command.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        command.kill()
+        return None
 
 
 def lakehouse(space: Namespace, *args: str, **popen: object) -> subprocess.Popen[bytes]:
@@ -193,7 +194,3 @@ def lakehouse(space: Namespace, *args: str, **popen: object) -> subprocess.Popen
         stderr=subprocess.STDOUT,
         **popen,
     )
-
-
-def _target(space: Namespace) -> list[str]:
-    return ["--target", space.target] if space.target else []
