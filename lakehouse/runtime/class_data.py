@@ -10,7 +10,7 @@ it into place once the JVM is gone: concurrent first commands each write their o
 JVM killed before it ends writes none. The archive is named by what decides whether a JVM
 can use it (its `java`, Spark's version, the jars and the class path), so a JVM never
 meets an archive of another class path; one that could not map it would say so in its log
-and load its classes as usual."""
+and load its classes as usual. Writing it costs the first command about 15 s at its end."""
 
 from __future__ import annotations
 
@@ -19,11 +19,14 @@ import hashlib
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 
 from lakehouse import PROJECT_ROOT
+from lakehouse.core.console import echo
 
 USE = "-XX:SharedArchiveFile="
 WRITE = "-XX:ArchiveClassesAtExit="
@@ -32,7 +35,9 @@ CLASS_PATH_KEYS = ("spark.jars", "spark.driver.extraClassPath")
 PROC = Path("/proc")
 JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")
 WRITE_WAIT_S = 60.0
-"""How long a command waits at its end for its JVM to write the archive (a few seconds)."""
+"""How long a command waits at its end for its JVM to write the archive (about 15 s)."""
+LEFT_AFTER_S = 3600.0
+"""An unfinished archive this old was left by a JVM killed as it wrote it."""
 
 
 def archive_of(setting: str, conf: Mapping[str, str], options_key: str) -> Path | None:
@@ -61,6 +66,10 @@ def java_option(archive: Path) -> tuple[str, Path | None]:
     if not PROC.is_dir():
         return "", None
     archive.parent.mkdir(parents=True, exist_ok=True)
+    for left in archive.parent.glob(f"{archive.stem}.*.partial"):  # by JVMs killed writing
+        with suppress(OSError):
+            if time.time() - left.stat().st_mtime > LEFT_AFTER_S:
+                left.unlink()
     written = archive.with_name(f"{archive.stem}.{uuid.uuid4().hex[:8]}.partial")
     return WRITE + str(written), written
 
@@ -83,6 +92,7 @@ def command_of(pid: int) -> list[str]:
 def keep(jvm: subprocess.Popen[bytes], written: Path, archive: Path, command: list[str]) -> bool:
     """End `jvm` as PySpark does (its stdin closed), wait for it to write `written`, and
     rename that into `archive` if a JVM of its `command` (java, class path) maps it."""
+    echo("lakehouse: the JVM writes its class-data archive for later starts (once) ...", err=True)
     if jvm.stdin is not None:
         jvm.stdin.close()
     try:
