@@ -4,12 +4,14 @@ Each variant runs the same four commands on a fresh lake of its own, as a user o
 runs them, each a new JVM: `run bronze`, `run silver`, `run gold`, and `run silver` again
 with nothing new (84 records of traffic, so that what is measured is the run, not the
 data). All variants share one broker and one process; the first is the baseline, and each
-prints its ratio to it. The CLI runs of the tests take the JVM options of variant `c1`
+prints its ratio to it. No variant maps classes from an archive (`spark.class_data_dir`)
+but those named `class-data`. The CLI runs of the tests take the JVM options of variant `c1`
 (`CLI_JVM_OPTIONS` in tests/support) by this measurement (docs/testing.md), and the Spark
 settings of `c1-interpreted`.
 
     python -m benchmarks.cli_runs                         # the variants below
     python -m benchmarks.cli_runs --only c2 c1
+    python -m benchmarks.cli_runs --only c2 c2-class-data
 """
 
 from __future__ import annotations
@@ -35,17 +37,19 @@ INTERPRETED = {
 }
 """No generated code at all: every plan interpreted, no class compiled (Spark's internal
 setting that its own tests use)."""
-VARIANTS: dict[str, tuple[dict[str, str], str]] = {
-    # name: (Spark settings, JDK_JAVA_OPTIONS)
-    "c2": ({}, ""),
-    "c1": ({}, C1),
-    "c1-small-code-cache": ({}, "-XX:TieredStopAtLevel=1"),
-    "c1-serial-gc": ({}, f"{C1} -XX:+UseSerialGC"),
-    "no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, ""),
-    "c1-no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, C1),
-    "c1-interpreted": (INTERPRETED, C1),
-    "no-adaptive": ({"spark.sql.adaptive.enabled": "false"}, ""),
-    "no-delta-stats": ({"spark.databricks.delta.stats.collect": "false"}, ""),
+VARIANTS: dict[str, tuple[dict[str, str], str, bool]] = {
+    # name: (Spark settings, JDK_JAVA_OPTIONS, classes mapped from a class-data archive)
+    "c2": ({}, "", False),
+    "c2-class-data": ({}, "", True),
+    "c1": ({}, C1, False),
+    "c1-small-code-cache": ({}, "-XX:TieredStopAtLevel=1", False),
+    "c1-serial-gc": ({}, f"{C1} -XX:+UseSerialGC", False),
+    "no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, "", False),
+    "c1-no-whole-stage-codegen": ({"spark.sql.codegen.wholeStage": "false"}, C1, False),
+    "c1-interpreted": (INTERPRETED, C1, False),
+    "c1-interpreted-class-data": (INTERPRETED, C1, True),
+    "no-adaptive": ({"spark.sql.adaptive.enabled": "false"}, "", False),
+    "no-delta-stats": ({"spark.databricks.delta.stats.collect": "false"}, "", False),
 }
 COMMANDS = (("run", "bronze"), ("run", "silver"), ("run", "gold"), ("run", "silver"))
 TRAFFIC = TrafficSpec(seed=1, sensors=2, sessions_per_sensor=3, rows_per_snapshot=4,
@@ -70,8 +74,20 @@ def main() -> None:
             print(f"{name:24} {runs:28} total {total:6.1f} s  ratio {total / baseline:.2f}")
 
 
-def run_variant(root: Path, bootstrap: str, spark_conf: dict[str, str], jvm: str) -> list[float]:
-    """Seconds of each command of `COMMANDS`, run in turn on a lake under `root`."""
+def run_variant(
+    root: Path, bootstrap: str, spark_conf: dict[str, str], jvm: str, class_data: bool
+) -> list[float]:
+    """Seconds of each command of `COMMANDS`, run in turn on a lake under `root`. With
+    `class_data`, each JVM maps the archive (`spark.class_data_dir`) that the same commands
+    wrote on a lake of their own first, untimed: what every run after a machine's first sees."""
+    if class_data:
+        run_commands(root / "warm-up", bootstrap, spark_conf, jvm, root / "_jvm")
+    return run_commands(root, bootstrap, spark_conf, jvm, root / "_jvm" if class_data else None)
+
+
+def run_commands(
+    root: Path, bootstrap: str, spark_conf: dict[str, str], jvm: str, archives: Path | None
+) -> list[float]:
     environ = {
         **os.environ,
         **run_environ(
@@ -83,6 +99,7 @@ def run_variant(root: Path, bootstrap: str, spark_conf: dict[str, str], jvm: str
         ),
         "LAKEHOUSE__STORAGE__LOCAL_STATE": str(root / "_state"),
         "JDK_JAVA_OPTIONS": jvm,
+        "LAKEHOUSE__SPARK__CLASS_DATA_DIR": str(archives or "none"),
     }
     seconds = []
     for command in COMMANDS:
