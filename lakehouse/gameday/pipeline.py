@@ -24,6 +24,7 @@ from lakehouse.gameday.faults import Gate
 from lakehouse.services import embedded, reached
 from lakehouse.services.cluster import EmbeddedCluster
 from lakehouse.services.kafka import EmbeddedKafka, resolve_bootstrap
+from lakehouse.storage import buckets
 
 GOLD_EVERY_S = 5
 """Gold's schedule in the namespace: a step's gold answer within seconds of its silver."""
@@ -76,6 +77,7 @@ class Namespace:
 def open_namespace(target: str | None, day_id: str) -> Namespace:
     """Game day `day_id`'s namespace on `target`, its broker started if it has its own."""
     deployed = load_settings(target)
+    buckets.require(deployed)  # before anything starts: one line, not a failed first step
     folder = deployed.storage.local_state_dir / "gameday" / day_id
     broker = None
     if deployed.kafka.bootstrap_servers == EMBEDDED:

@@ -36,6 +36,27 @@ def bucket_and_prefix(root: str) -> tuple[str, str]:
     return parsed.netloc, parsed.path.strip("/")
 
 
+def require(settings: Settings, client: Any = None) -> None:
+    """Refuse in one line a lake on S3 whose bucket does not exist or cannot be reached:
+    `lakehouse storage init` creates it (`client`: the S3 client to ask, else the settings')."""
+    if not settings.storage.root.startswith("s3a://"):
+        return
+    from botocore.exceptions import ClientError
+
+    from lakehouse.services import s3
+
+    bucket, _ = bucket_and_prefix(settings.storage.root)
+    try:
+        (client or s3.client(settings)).head_bucket(Bucket=bucket)
+    except ClientError as error:
+        if _code(error) in ("404", "NoSuchBucket", "NotFound"):
+            raise LakehouseError(
+                f"the lake's bucket {bucket} does not exist: create it with "
+                "`lakehouse storage init`"
+            ) from None
+        raise LakehouseError(f"cannot reach bucket {bucket}: {_problem(error)}") from None
+
+
 def init(settings: Settings, echo: Callable[[str], None] = echo) -> None:
     """Create or check the lake's bucket (or folder), say what it found, and refuse one
     this application cannot write."""
