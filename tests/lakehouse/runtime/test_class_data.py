@@ -34,8 +34,8 @@ def test_none_or_an_archive_given_elsewhere_means_none_of_ours(
     for variable in class_data.JVM_OPTION_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
     conf = {"spark.jars": "a.jar", OPTIONS: "-Dx=1"}
-    assert class_data.archive_of(".state/jvm", conf, OPTIONS) is not None
-    assert class_data.archive_of(".state/jvm", conf, OPTIONS).parent == PROJECT_ROOT / ".state/jvm"  # type: ignore[union-attr]
+    ours = class_data.archive_for(PROJECT_ROOT / ".state/jvm", conf)
+    assert class_data.archive_of(".state/jvm", conf, OPTIONS) == ours
     assert class_data.archive_of("none", conf, OPTIONS) is None
     given = {**conf, OPTIONS: "-XX:SharedArchiveFile=/x.jsa"}
     assert class_data.archive_of(".state/jvm", given, OPTIONS) is None
