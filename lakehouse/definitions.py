@@ -23,6 +23,7 @@ import bronze
 import gold
 import silver
 from bronze import kafka_changes, sensor_records
+from lakehouse.core import versions
 from lakehouse.core.console import echo
 from lakehouse.core.settings import Settings
 from lakehouse.core.tables import TableSpec, columns_of
@@ -39,7 +40,7 @@ from lakehouse.services.kafka import resolve_bootstrap
 from lakehouse.storage import compaction, lease
 from lakehouse.storage.model_runs import RUNS
 from lakehouse.storage.positions import Reader
-from silver import reconstruct, row_changes, violations
+from silver import reconstruct, row_changes, session_rows, sessions, violations
 
 STREAMS: dict[str, Stream] = {s.layer: s for s in declared_streams(bronze, silver)}
 """Every stream, by layer, found in the layers' modules as models are."""
@@ -80,6 +81,36 @@ TABLES: dict[str, TableSpec] = {
     )
 }
 """Every table of the lake, by name."""
+
+VERSIONED: dict[str, tuple[str, ...]] = {
+    "silver": (*STREAMS["silver"].writes, STREAMS["silver"].checkpoint),
+    "gold": tuple(name for name, spec in TABLES.items() if spec.writer == RUNS.writer),
+}
+"""What a version of each part holds (`core/versions.py`): silver's stream, its checkpoint
+and every table it writes; gold's models with their run log, results and progress."""
+
+COMPARED: dict[str, tuple[str, ...]] = {
+    sessions.NAME: sessions.KEY,
+    session_rows.NAME: session_rows.KEY,
+    violations.NAME: ("topic", "partition", "offset", "reason"),
+    **{m.name: tuple(m.key) for m in MODELS},
+}
+"""The tables `lakehouse shadow compare` holds side by side, each by its key: a record's
+violations by the record and reason."""
+
+
+def at_versions(settings: Settings, shadow: bool = False) -> Settings:
+    """`settings` working on the lake's live versions, or on its shadow's (`shadow`)."""
+    from lakehouse.storage import versions as stored
+
+    return at_tags(settings, stored.read(settings).tags(shadow))
+
+
+def at_tags(settings: Settings, tags: dict[str, str]) -> Settings:
+    """`settings` working on the given version (tag) of each part."""
+    placed = replace(settings.storage, versions=versions.folders(VERSIONED, tags))
+    return replace(settings, storage=placed)
+
 
 GOLD_WRITES = (
     RUNS.name,

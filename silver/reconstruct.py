@@ -104,6 +104,9 @@ def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refr
     bronze_uri = settings.storage.table_uri(sensor_records.NAME)
     if not full_refresh:
         refuse_old_state(spark, checkpoint)
+        found = positions.read_note(spark, f"{checkpoint}/{LAYOUT_NOTE}")
+        if refused := layout_refusal(found, STATE_VERSION, checkpoint):
+            raise LakehouseError(refused)
         read = positions.stream_source_id(spark, checkpoint)
         if read is not None and read != delta.table_id(spark, bronze_uri):
             echo("silver: bronze was rebuilt since silver last read it: rebuilding silver")
@@ -111,6 +114,7 @@ def _prepare(spark: SparkSession, settings: Settings, checkpoint: str, full_refr
     if full_refresh:
         fs, path = catalog.hadoop_fs(spark, checkpoint)
         fs.delete(path, True)
+    positions.write_note(spark, f"{checkpoint}/{LAYOUT_NOTE}", str(STATE_VERSION))
     # A batch without data runs when the watermark moved, so that silent sessions expire
     # without waiting for more data; it moves only with data, so a run ends.
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
@@ -134,6 +138,24 @@ def read_sessions(
     )
     keyed = keyed_records(bronze, settings.kafka.topic_prefix)
     return reconstruct_sessions(keyed, settings.silver, settings.kafka.topic_prefix, trace)
+
+
+LAYOUT_NOTE = "lakehouse_state_version"
+"""The file in silver's checkpoint that says which `STATE_VERSION` its state is in."""
+
+
+def layout_refusal(found: str | None, code: int, checkpoint: str) -> str | None:
+    """Why a checkpoint whose state is of layout `found` cannot be resumed by code of
+    layout `code`: a live checkpoint's state never changes layout. None: it can (a
+    checkpoint from before the note has the layout `refuse_old_state` let through)."""
+    if found is None or int(found) == code:
+        return None
+    return (
+        f"the silver checkpoint {checkpoint} holds state of layout version {found}, and this "
+        f"code keeps version {code}: a running checkpoint's state cannot change layout. Build "
+        "silver at the new layout beside the live one with `lakehouse shadow start silver`, "
+        "then `shadow run`, `shadow compare` and `shadow swap` (docs/operations.md)"
+    )
 
 
 JVM_OPERATOR = "transformWithStateExec"

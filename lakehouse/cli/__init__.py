@@ -17,6 +17,7 @@ from lakehouse.cli import (
     quality,
     services,
     setup,
+    shadow,
     sql,
     storage,
 )
@@ -28,7 +29,20 @@ Layered Kafka -> Delta lakehouse for ordered, stateful sensor streams.
 Settings come from conf/base.yaml and conf/<target>.yaml; an environment variable
 LAKEHOUSE__<SECTION>__<KEY> overrides one key (e.g. LAKEHOUSE__KAFKA__BOOTSTRAP_SERVERS).
 """
-GROUPS = (setup, services, storage, produce, jobs, bronze, build, sql, quality, explain, gameday)
+GROUPS = (
+    setup,
+    services,
+    storage,
+    produce,
+    jobs,
+    bronze,
+    build,
+    sql,
+    quality,
+    explain,
+    gameday,
+    shadow,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

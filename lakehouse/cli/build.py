@@ -88,7 +88,7 @@ def run_build(args: argparse.Namespace) -> int:
         for line in pipeline.plan(graph, chosen):
             echo(f"  {line}")
         return 0
-    _, spark = spark_for(args, "build", validates=True)
+    settings, spark = spark_for(args, "build", validates=True)
     metrics.serve(settings.metrics, "build")
     runner = pipeline.NodeRunner(spark, settings, models_in_full=args.full_refresh)
     results = pipeline.walk(settings, graph, chosen, runner, invocation(args))

@@ -20,11 +20,14 @@ def spark_for(
     app: str,
     extra: dict[str, str] | None = None,
     validates: bool = False,
+    shadow: bool = False,
 ) -> tuple[Settings, SparkSession]:
-    """The target's settings and its Spark application for the command (`session_for`)."""
+    """The target's settings, on the lake's live versions of its layers (or its shadow's),
+    and its Spark application for the command (`session_for`)."""
+    from lakehouse.definitions import at_versions
     from lakehouse.runtime.spark import session_for
 
-    settings = settings_of(args)
+    settings = at_versions(settings_of(args), shadow)
     return settings, session_for(settings, app, extra, validates)
 
 

@@ -113,7 +113,8 @@ def _build(
     section = prefix.rstrip(".") or "the top level"
     if not isinstance(data, dict):
         raise SettingsError(f"{section} in {_source(sources, section)}: expected a mapping")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # A field the lake decides (`from_lake`) keeps its default: no file sets it.
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("from_lake")}
     hints = typing.get_type_hints(cls, include_extras=True)
     for key in data:
         if key not in fields:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -87,16 +87,24 @@ class StorageSettings:
     lease_seconds: Annotated[float, Positive]
     """On S3, how long a writer's lease of its tables lasts unless renewed (every third of
     it): how soon another writer may take over from one that crashed."""
+    versions: Mapping[str, str] = field(default_factory=dict, metadata={"from_lake": True})
+    """Not a setting: table or stream name -> what the folders of the version a command
+    works on add to it (`__v2`; none for the first), from the lake's versions
+    (`core/versions.py`, `lakehouse shadow`)."""
 
     def table_uri(self, name: str) -> str:
         """Where the table `<layer>.<table>` keeps its data and log."""
         layer, table = name.split(".", 1)
-        return f"{self.root}/{layer}/{table}"
+        return f"{self.root}/{layer}/{table}{self.versions.get(name, '')}"
 
     def checkpoint_uri(self, name: str) -> str:
         """The checkpoint of the stream `<layer>.<name>`."""
         layer, stream = name.split(".", 1)
-        return f"{self.root}/_checkpoints/{layer}/{stream}"
+        return f"{self.root}/_checkpoints/{layer}/{stream}{self.versions.get(name, '')}"
+
+    def versioned(self, name: str) -> str:
+        """The name of the table (or stream) of this version: one lease per version."""
+        return f"{name}{self.versions.get(name, '')}"
 
     @property
     def local_state_dir(self) -> Path:

@@ -24,6 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
+from lakehouse.core import versions
 from lakehouse.core.console import echo
 from lakehouse.core.errors import explain, first_line
 from lakehouse.core.settings import Settings, StorageSettings
@@ -96,7 +97,7 @@ def create(spark: SparkSession, storage: StorageSettings, writer: str) -> str:
     delta.create(spark, spec, uri)
     # The view names every writer's table there is: made again when one is new (or the
     # catalog lost it), not on every start of a stream.
-    if new or not spark.catalog.tableExists(VIEW):
+    if not versions.is_versioned(uri) and (new or not spark.catalog.tableExists(VIEW)):
         names = [progress_table(w).name for w in WRITERS]
         catalog.unite(spark, VIEW, {name: storage.table_uri(name) for name in names})
     _created.add((uri, spark))

@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse import definitions as pipeline
+from lakehouse.core import versions
 from lakehouse.core.console import echo, pairs
 from lakehouse.core.settings import Settings
 from lakehouse.graph.nodes import Graph, Node, select
@@ -18,6 +19,7 @@ from lakehouse.observe.lineage import LineageEvents
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.runtime.supervise import run_all
 from lakehouse.runtime.walk import observed
+from lakehouse.storage import versions as stored
 
 STREAM_LAYERS = ("bronze", "silver")
 
@@ -33,6 +35,8 @@ class LayerRun:
     continuous: bool = False
     full_refresh: bool = False
     trace: frozenset[str] | None = None
+    streams: tuple[str, ...] = STREAM_LAYERS
+    """The streams `all` runs: a shadow's process runs those of its version only."""
 
     @property
     def continues(self) -> bool:
@@ -51,7 +55,7 @@ def run(spark: SparkSession, settings: Settings, asked: LayerRun) -> None:
     if asked.layer in STREAM_LAYERS:
         nodes = select(graph, [asked.layer])
     elif asked.layer == "all":
-        nodes = [*select(graph, list(STREAM_LAYERS)), *models]
+        nodes = [*select(graph, list(asked.streams)), *models] if asked.streams else models
     else:
         nodes = models
     how = StreamRun(continuous=asked.continuous, full_refresh=asked.full_refresh, trace=asked.trace)
@@ -70,13 +74,31 @@ def run_continuously(
     lineage = pipeline.walk_lineage(spark, settings, manifest, command)
     streams = {
         node.name: partial(_run_stream, settings, node, asked.trace, lineage)
-        for node in select(graph, list(STREAM_LAYERS))
+        for node in select(graph, list(asked.streams))
     }
     echo(
-        f"run all: the bronze and silver streams, and {len(models)} gold models every "
-        f"{settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM stops each after its batch"
+        f"{command}: the {' and '.join(streams)} stream{'s' if len(streams) > 1 else ''}, and "
+        f"{len(models)} gold models every {settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM "
+        "stops each after its batch"
     )
-    run_all(spark, settings, streams, partial(_run_gold, settings, graph, models, asked))
+    gold = partial(_run_gold, settings, graph, models, asked)
+    run_all(spark, settings, streams, gold, partial(goes_on, settings))
+
+
+def goes_on(settings: Settings, part: str) -> bool:
+    """Whether the version of `part` these settings run is still live (or the shadow being
+    built): a swap retires it, and it stops after its batch."""
+    if part not in versions.PARTS:
+        return True  # bronze has one version
+    tag = versions.tag_of(settings.storage.versions.get(pipeline.VERSIONED[part][0], ""))
+    try:
+        now = stored.read(settings)
+    except Exception:  # storage that does not answer now: the next look decides
+        return True
+    if now.continues(part, tag):
+        return True
+    echo(f"{part}: version {tag} retired ({now.live_tag(part)} is live): stopping after its batch")
+    return False
 
 
 def _run_stream(

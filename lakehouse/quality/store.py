@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.core import versions
 from lakehouse.core.settings import StorageSettings
 from lakehouse.core.tables import TableSpec
 from lakehouse.quality.suites import Check
@@ -128,7 +129,7 @@ def create_tables(
     delta.create_all(spark, {storage.table_uri(spec.name): spec for spec in specs})
     # The view names every writer's table there is: made again when one is new (or the
     # catalog lost it), not on every start of a job.
-    if new or not spark.catalog.tableExists(RESULTS_VIEW):
+    if not versions.is_versioned(results) and (new or not spark.catalog.tableExists(RESULTS_VIEW)):
         names = [results_table(w).name for w in WRITERS]
         catalog.unite(spark, RESULTS_VIEW, {name: storage.table_uri(name) for name in names})
 

@@ -71,19 +71,25 @@ class Failure:
 
 
 def supervise(
-    parts: list[Part], settings: SupervisionSettings, stop: threading.Event, record: Record
+    parts: list[Part],
+    settings: SupervisionSettings,
+    stop: threading.Event,
+    record: Record,
+    goes_on: Callable[[str], bool] = lambda _part: True,
 ) -> Failure | None:
     """Run every part in a thread of its own until `stop` is set or one fails for good,
     which sets `stop` so that the others end after their running batch; the failure that
-    ended the run, if one did."""
+    ended the run, if one did. A part `goes_on` no longer says goes on (its version was
+    swapped out) ends after its batch alone, and the others go on."""
     failures: list[Failure] = []
+    ends = {part.name: threading.Event() for part in parts}
 
     def keep_running(part: Part) -> None:
-        budget = Budget(settings)
-        while not stop.is_set():
+        budget, end = Budget(settings), ends[part.name]
+        while not end.is_set():
             try:
-                part.run(stop)
-                if stop.is_set():
+                part.run(end)
+                if end.is_set():
                     return  # stopped
                 failed: Exception = EndedEarly(
                     "ended while the pipeline runs (its query stopped from outside?)"
@@ -93,7 +99,7 @@ def supervise(
             line = str(failed) if isinstance(failed, LakehouseError) else explain(failed)
             again = transient(failed) or isinstance(failed, EndedEarly)
             wait = budget.next_wait(time.monotonic()) if again else None
-            if stop.is_set() and wait is not None:
+            if end.is_set() and wait is not None:
                 return  # a transient failure while stopping: nothing to restart
             if wait is None:
                 if again:
@@ -110,7 +116,7 @@ def supervise(
                 f"at most {settings.restarts} within {settings.window_seconds:.0f}s)"
             )
             record(part.name, "restarted", line)
-            stop.wait(wait)
+            end.wait(wait)
 
     threads = [
         threading.Thread(target=keep_running, args=(p,), name=f"lakehouse-{p.name}", daemon=True)
@@ -118,10 +124,23 @@ def supervise(
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.5)  # the main thread stays free to take SIGINT and SIGTERM
+    looked = time.monotonic()
+    while any(thread.is_alive() for thread in threads):
+        threads[0].join(0.5)  # the main thread stays free to take SIGINT and SIGTERM
+        if stop.is_set():
+            for end in ends.values():
+                end.set()
+        elif time.monotonic() - looked > LOOK_EVERY_S:
+            looked = time.monotonic()
+            for name in [name for name, end in ends.items() if not end.is_set()]:
+                if not goes_on(name):
+                    ends[name].set()
     return failures[0] if failures else None
+
+
+LOOK_EVERY_S = 5.0
+"""How often `run all` asks whether each part's version is still live: a swap waits for
+the retired version's writers about this long more."""
 
 
 class EndedEarly(LakehouseError):
@@ -144,6 +163,7 @@ def run_all(
     settings: Settings,
     streams: Mapping[str, Callable[[SparkSession, threading.Event], None]],
     gold: Callable[[SparkSession], None],
+    goes_on: Callable[[str], bool] = lambda _part: True,
 ) -> None:
     """The pipeline as deployed: each of `streams` (`run(session, stop)`) and `gold` every
     `gold.every_seconds`, each in a Spark session and scheduler pool of its own, supervised
@@ -157,7 +177,7 @@ def run_all(
     parts.append(Part("gold", every(settings.gold.every_seconds, gold_in_its_pool)))
     record = partial(_record, spark, settings, frozenset(streams))
     with stopping_on_signals("run all") as stop:
-        failure = supervise(parts, settings.supervision, stop, record)
+        failure = supervise(parts, settings.supervision, stop, record, goes_on)
     if failure is not None:
         raise LakehouseError(
             f"{failure.part} failed: {failure.line}; every other part stopped after its "

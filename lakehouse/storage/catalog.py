@@ -52,6 +52,23 @@ def register(
                     raise
 
 
+def repoint(spark: SparkSession, name: str, location: str) -> None:
+    """Point `name` at the Delta table at `location` in one change of the catalog, which
+    readers see at once (a name that does not exist yet is made)."""
+    if location_of(spark, name) is None:
+        register(spark, name, location)
+        return
+    with _DDL:
+        spark.sql(f"ALTER TABLE {name} SET LOCATION '{location}'")
+
+
+def forget(spark: SparkSession, name: str) -> None:
+    """No name `name` any more; the table it named stays where it is."""
+    layer, table = name.split(".", 1)
+    with _DDL:
+        _metastore(spark).dropTable(layer, table, True, False)
+
+
 def _named_meanwhile(error: AnalysisException) -> bool:
     """Whether a create failed only because the name exists: found by Spark's own look,
     or by the metastore when another application made it after that look."""

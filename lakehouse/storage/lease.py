@@ -188,7 +188,9 @@ def holding(
 ) -> Iterator[Held]:
     """Hold the leases of `tables` while the block runs, renewed in the background, and
     release them after it. On a local root, their lock files: shared with other writers,
-    or `exclusive` of every one (a command that rewrites a stream's checkpoint)."""
+    or `exclusive` of every one (a command that rewrites a stream's checkpoint). Each
+    version of a table (`lakehouse shadow`) has a lease of its own."""
+    tables = [settings.storage.versioned(table) for table in tables]
     if not settings.storage.root.startswith("s3a://"):
         with _locked(settings.storage.root, tables, application, exclusive):
             yield Held()

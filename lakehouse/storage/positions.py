@@ -236,3 +236,22 @@ def _read(spark: SparkSession, fs: Any, path: Any) -> str:
         return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
     finally:
         stream.close()
+
+
+def read_note(spark: SparkSession, uri: str) -> str | None:
+    """The text of a small file a job keeps beside its checkpoint, or None if there is none."""
+    fs, path = catalog.hadoop_fs(spark, uri)
+    return _read(spark, fs, path) if fs.exists(path) else None
+
+
+def write_note(spark: SparkSession, uri: str, text: str) -> None:
+    fs, path = catalog.hadoop_fs(spark, uri)
+    _write(fs, path, text)
+
+
+def batch_begun(spark: SparkSession, checkpoint: str) -> bool:
+    """Whether a stream planned a batch it has not committed: it may be writing it now."""
+    fs, folder = catalog.hadoop_fs(spark, checkpoint)
+    planned = _batch_ids(fs, folder.suffix("/offsets"))
+    committed = _batch_ids(fs, folder.suffix("/commits"))
+    return max(planned, default=-1) > max(committed, default=-1)
