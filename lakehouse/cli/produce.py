@@ -45,6 +45,12 @@ def add_commands(commands: Any) -> None:
         "data is as fresh as `lakehouse status` expects; fix it for traffic that is the "
         "same on every run)",
     )
+    produce.add_argument(
+        "--open",
+        action="store_true",
+        help="leave every session open (no `end`): it expires once silent for "
+        "silver.session_timeout_seconds of Kafka time",
+    )
     produce.add_argument("--json", action="store_true", help="print the report as JSON")
     produce.set_defaults(handler=run_produce)
 
@@ -73,6 +79,7 @@ def run_produce(args: argparse.Namespace) -> None:
         topic_prefix=settings.kafka.topic_prefix,
         partitions=settings.kafka.partitions,
         start_time=start,
+        end_sessions=not args.open,
     )
     rate = None if args.rate == "max" else float(args.rate)
     bootstrap = resolve_bootstrap(settings)
