@@ -57,6 +57,6 @@ def register_lake(args: argparse.Namespace) -> int:
     from lakehouse.storage.catalog import register_lake
 
     settings, spark = spark_for(args, "catalog")
-    names = register_lake(spark, settings.storage.root)
+    names = register_lake(spark, settings.storage)
     echo(f"{len(names)} tables registered: {', '.join(names) or 'none yet'}")
     return 0

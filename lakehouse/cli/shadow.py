@@ -34,6 +34,12 @@ def add_commands(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = group.add_subparsers(title="steps", metavar="STEP", required=True)
+    _add_start_and_run(verbs)
+    _add_status_and_compare(verbs)
+    _add_swap_and_drop(verbs)
+
+
+def _add_start_and_run(verbs: Any) -> None:
     start = verbs.add_parser(
         "start",
         help="declare a shadow of silver (and gold after it), or of gold",
@@ -55,6 +61,9 @@ def add_commands(commands: Any) -> None:
     )
     run.add_argument("--continuous", action="store_true", help="follow bronze until stopped")
     run.set_defaults(handler=run_run, command="shadow run")
+
+
+def _add_status_and_compare(verbs: Any) -> None:
     status = verbs.add_parser(
         "status",
         help="how far the shadow is behind the live version, and its checks",
@@ -83,6 +92,9 @@ def add_commands(commands: Any) -> None:
         help="wait this long for both versions to have read the same input (default: 0)",
     )
     compare.set_defaults(handler=run_compare)
+
+
+def _add_swap_and_drop(verbs: Any) -> None:
     swap = verbs.add_parser(
         "swap",
         help="make the shadow live; --back makes the old version live again",

@@ -124,6 +124,17 @@ def supervise(
     ]
     for thread in threads:
         thread.start()
+    _watch(threads, ends, stop, goes_on)
+    return failures[0] if failures else None
+
+
+def _watch(
+    threads: list[threading.Thread],
+    ends: dict[str, threading.Event],
+    stop: threading.Event,
+    goes_on: Callable[[str], bool],
+) -> None:
+    """Until every part ended: `stop` ends them all; a part `goes_on` gives up ends alone."""
     looked = time.monotonic()
     while any(thread.is_alive() for thread in threads):
         threads[0].join(0.5)  # the main thread stays free to take SIGINT and SIGTERM
@@ -135,7 +146,6 @@ def supervise(
             for name in [name for name, end in ends.items() if not end.is_set()]:
                 if not goes_on(name):
                     ends[name].set()
-    return failures[0] if failures else None
 
 
 LOOK_EVERY_S = 5.0

@@ -17,7 +17,9 @@ from typing import Any
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
+from lakehouse.core import versions
 from lakehouse.core.console import echo
+from lakehouse.core.settings import StorageSettings
 
 LAYERS = ("bronze", "silver", "gold", "quality", "ops")
 """The databases: one per layer, plus the quality results and the pipeline's progress."""
@@ -83,12 +85,17 @@ _DDL = threading.RLock()
 `IF NOT EXISTS` and `OR REPLACE` check, then create, so two at once may both create."""
 
 
-def register_lake(spark: SparkSession, root: str) -> list[str]:
-    """Register every Delta table of the lake; their names, sorted."""
-    tables = lake_tables(spark, root)
-    for name, location in tables.items():
+def register_lake(spark: SparkSession, storage: StorageSettings) -> list[str]:
+    """Register every Delta table of the lake: the live version of each by its name, any
+    other version as `<name>__<tag>` (`lakehouse shadow`); their names, sorted."""
+    named = []
+    for folder, location in lake_tables(spark, storage.root).items():
+        name = re.sub(r"__v\d+$", "", folder)
+        if not same_place(storage.table_uri(name), location):
+            name = f"{name}__{versions.tag_of(folder[len(name) :])}"
         register(spark, name, location)
-    return sorted(tables)
+        named.append(name)
+    return sorted(named)
 
 
 def lake_tables(spark: SparkSession, root: str) -> dict[str, str]:

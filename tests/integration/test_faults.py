@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import StorageSettings, load_settings
+from lakehouse.definitions import MODELS, at_versions
 from lakehouse.gameday import reconcile, reference
 from lakehouse.gameday.faults import (
     Moment,
@@ -30,9 +31,13 @@ from lakehouse.gameday.faults import (
     wait_leases_expired,
     wait_struck,
 )
+from lakehouse.ops import shadow
 from lakehouse.ops.producer import produce
+from lakehouse.ops.shadow_compare import compare
+from lakehouse.runtime.incremental import run_models
 from lakehouse.runtime.streams import checkpoint_format
 from lakehouse.services.s3 import EmbeddedS3
+from lakehouse.storage import catalog
 from silver import reconstruct
 from tests.support import S3_KEYS, lakehouse_command
 from tests.support.bronze_tables import kafka_records, write_bronze
@@ -268,3 +273,59 @@ def _keys(server: EmbeddedS3, prefix_uri: str) -> list[str]:
     assert endpoint is not None
     listed = server.client(endpoint).list_objects_v2(Bucket=bucket, Prefix=prefix)
     return [o["Key"] for o in listed.get("Contents", []) if o["Key"].rsplit("/", 1)[1].isdigit()]
+
+
+SHADOW_SILVER = "silver/sessions_stream__v2"
+SHADOW_CATCH_UP = Moment(
+    "during the Delta commit of the shadow's catch-up batch",
+    r"^PUT /\S+/silver/row_changes__v2/_delta_log/\d+\.json",
+)
+SWAP_NAMING = Moment(
+    "after the swap changed the lake's versions, before it named the new tables",
+    r"^PUT /\S+/_leases/silver\.row_changes/",
+    after=r"^PUT /\S+/_versions/\d+\.json$",
+)
+
+
+def test_a_shadow_killed_in_its_catch_up_and_a_swap_killed_half_way_lose_and_double_nothing(
+    spark: SparkSession, server: EmbeddedS3, tmp_path: Path
+) -> None:
+    env = s3_env(
+        tmp_path,
+        "127.0.0.1:9",
+        server,
+        storage__lease_seconds=str(LEASE_SECONDS),
+        quality__validate_streams="false",
+    )
+    root = env["LAKEHOUSE__STORAGE__ROOT"]
+    records = kafka_records(small_spec(23, {"gap": 1, "duplicate": 1, "malformed_json": 1}))
+    use_s3(spark, server)
+    server.start()
+    rng, half = random.Random(23), len(records) // 2
+    write_bronze(spark, f"{root}/{BRONZE}", records[:half], 2, rng)
+    settings = load_settings("local", environ=env)
+    reconstruct.run(spark, settings)  # the live version, in this process's Spark
+    run_models(spark, settings.storage, MODELS)
+    shadow.start(settings, "silver")  # of the same code: it must compare equal
+
+    code, _ = run_struck(("shadow", "run"), env, server, SHADOW_CATCH_UP, kill_job,
+                         tmp_path / "shadow.log")  # fmt: skip
+    assert code == -9, f"the shadow's run ended before it was killed ({code})"
+    wait_leases_expired(s3_of(server), root)
+    shadow.run_shadow(spark, at_versions(settings, shadow=True), False, {})
+    assert compare(spark, settings).equal
+
+    code, _ = run_struck(("shadow", "swap"), env, server, SWAP_NAMING, kill_job,
+                         tmp_path / "swap.log")  # fmt: skip
+    assert code == -9, f"the swap ended before it was killed ({code})"
+    wait_leases_expired(s3_of(server), root)
+    shadow.swap(spark, settings, back=False, wait_s=60)  # run again: it names the new tables
+    live = at_versions(settings)
+    assert live.storage.table_uri("silver.sessions").endswith("sessions__v2")
+    assert catalog.same_place(catalog.location_of(spark, "silver.sessions") or "",
+                              live.storage.table_uri("silver.sessions"))  # fmt: skip
+
+    write_bronze(spark, f"{root}/{BRONZE}", records[half:], 2, rng)
+    reconstruct.run(spark, live)  # the new live version goes on from its own checkpoint
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    assert_matches(silver_tables(spark, live), expected)

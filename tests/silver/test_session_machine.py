@@ -390,3 +390,13 @@ def test_trace_records_each_transition_with_before_and_after() -> None:
     last = out.transitions[-1]
     assert last.before["status"] == "open" and last.after["status"] == "broken"
     assert last.lineage == gap.lineage and last.seq == 3
+
+
+def test_a_checkpoint_of_another_state_layout_is_refused_naming_the_shadow_way() -> None:
+    from silver.reconstruct import layout_refusal
+
+    assert layout_refusal(None, 5, "file:///c") is None  # a checkpoint from before the note
+    assert layout_refusal("5", 5, "file:///c") is None
+    refused = layout_refusal("5", 6, "file:///c")
+    assert refused is not None and "layout version 5" in refused and "version 6" in refused
+    assert "`lakehouse shadow start silver`" in refused and "`shadow swap`" in refused

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+
+import pytest
 
 from lakehouse.core.errors import LakehouseError, Unavailable, transient
 from lakehouse.core.settings import SupervisionSettings
+from lakehouse.runtime import supervise as supervise_module
 from lakehouse.runtime.supervise import Budget, Part, supervise
 
 POLICY = SupervisionSettings(
@@ -119,3 +123,29 @@ def test_a_part_that_ends_by_itself_is_restarted_then_stops_every_part_with_a_li
         "gave up after 3 restarts within 60s: ended while the pipeline runs (its query "
         "stopped from outside?)"
     )
+
+
+def test_a_part_whose_version_was_swapped_out_ends_after_its_batch_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(supervise_module, "LOOK_EVERY_S", 0.01)
+    stop, swapped, batches = threading.Event(), threading.Event(), {"bronze": 0, "silver": 0}
+
+    def stream(name: str) -> Callable[[threading.Event], None]:
+        def run(end: threading.Event) -> None:
+            while not end.wait(0.01):
+                batches[name] += 1
+                if name == "silver" and batches[name] == 5:
+                    swapped.set()  # the swap, as another command does it
+                if batches["bronze"] > 200:
+                    stop.set()  # as SIGTERM would
+
+        return run
+
+    parts = [Part("bronze", stream("bronze")), Part("silver", stream("silver"))]
+    failure = supervise(
+        parts, POLICY, stop, lambda *_: None, lambda p: not (p == "silver" and swapped.is_set())
+    )
+
+    assert failure is None
+    assert 5 <= batches["silver"] < 50 and batches["bronze"] > 200  # bronze went on alone
