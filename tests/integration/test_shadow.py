@@ -66,6 +66,7 @@ def test_a_shadow_with_another_timeout_is_compared_swapped_in_under_traffic_and_
         for job in (live, built):
             job.send_signal(signal.SIGTERM)
         outputs = [job.communicate(timeout=180)[0] for job in (live, built)]
+        print("\n".join(o[-3000:] for o in outputs))  # shown by pytest if the test failed
     assert [job.returncode for job in (live, built)] == [0, 0], [o[-3000:] for o in outputs]
     assert not foreign_lines(outputs[0] + outputs[1])
     assert "silver: version v1 retired (v2 is live): stopping after its batch" in outputs[0]

@@ -187,7 +187,7 @@ def test_faults_from_the_broker_become_violations_by_reason(
 
 
 def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from lakehouse.core.errors import LakehouseError
 
@@ -222,6 +222,11 @@ def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
     reconstruct.run(spark, s, StreamRun(full_refresh=True))
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, s), expected)
+    # The rebuilt checkpoint notes its layout: code of the next one refuses it, naming the
+    # way that keeps the live version answering (docs/operations.md).
+    monkeypatch.setattr(reconstruct, "STATE_VERSION", STATE_VERSION + 1)
+    with pytest.raises(LakehouseError, match="`lakehouse shadow start silver`"):
+        reconstruct.run(spark, s)
 
 
 def test_silver_waits_for_bronze_s_table_when_continuous_and_says_what_to_do_when_not(
