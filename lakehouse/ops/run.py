@@ -77,7 +77,8 @@ def run_continuously(
         for node in select(graph, list(asked.streams))
     }
     echo(
-        f"{'run all' if command == 'run' else command}: the {' and '.join(streams)} stream{'s' if len(streams) > 1 else ''}, and "
+        f"{'run all' if command == 'run' else command}: the {' and '.join(streams)} "
+        f"stream{'s' if len(streams) > 1 else ''}, and "
         f"{len(models)} gold models every {settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM "
         "stops each after its batch"
     )
