@@ -76,11 +76,11 @@ def run_continuously(
         node.name: partial(_run_stream, settings, node, asked.trace, lineage)
         for node in select(graph, list(asked.streams))
     }
+    running = [f"the {name} stream" for name in streams]
+    running.append(f"{len(models)} gold models every {settings.gold.every_seconds:g}s")
     echo(
-        f"{'run all' if command == 'run' else command}: the {' and '.join(streams)} "
-        f"stream{'s' if len(streams) > 1 else ''}, and "
-        f"{len(models)} gold models every {settings.gold.every_seconds:g}s; Ctrl-C or SIGTERM "
-        "stops each after its batch"
+        f"{'run all' if command == 'run' else command}: {' and '.join(running)}; Ctrl-C or "
+        "SIGTERM stops each after its batch"
     )
     gold = partial(_run_gold, settings, graph, models, asked)
     run_all(spark, settings, streams, gold, partial(goes_on, settings))
