@@ -112,7 +112,8 @@ class Where:
         }
         if behind:
             return "gold has not read all of its inputs: " + ", ".join(
-                f"{model} {n} versions behind" for model, n in sorted(behind.items())
+                f"{model} {'never ran' if n < 0 else f'{n} versions behind'}"
+                for model, n in sorted(behind.items())
             )
         return None
 
