@@ -21,15 +21,19 @@ def where_lines(found: Where) -> Iterator[str]:
         )
     for model in sorted(other.gold_behind):
         yield f"  {model}: {_behind(live, model)} live, {_behind(other, model)} in {other.tag}"
-    for side in (live, other):
+    yield from _check_lines(live, other)
+    why = found.same_input
+    yield "  same input on both: yes" if why is None else f"  same input on both: no: {why}"
+
+
+def _check_lines(*sides: Side) -> Iterator[str]:
+    for side in sides:
         failed = sum(side.checks_failed.values())
         named = ", ".join(f"{t} {n}" for t, n in sorted(side.checks_failed.items()))
         yield (
             f"  checks {side.tag}: {failed:,} of {side.checks_run:,} validations failed"
             + (f" ({named})" if named else "")
         )
-    why = found.same_input
-    yield "  same input on both: yes" if why is None else f"  same input on both: no: {why}"
 
 
 def _read(side: Side) -> str:
@@ -46,6 +50,7 @@ def comparison_lines(found: Comparison) -> Iterator[str]:
     yield f"live {live} against {other}, both at bronze version {_read(found.where.live)}:"
     for diff in found.tables:
         yield from _table_lines(diff, live, other)
+    yield from _check_lines(found.where.live, found.where.shadow)
     yield (
         f"{'equal' if found.equal else 'they differ'}: "
         f"{sum(not t.equal for t in found.tables)} of {len(found.tables)} tables differ"
