@@ -20,6 +20,7 @@ from lakehouse.runtime.streams import StreamRun
 from lakehouse.runtime.supervise import run_all
 from lakehouse.runtime.walk import observed
 from lakehouse.storage import versions as stored
+from lakehouse.storage.catalog import is_delta
 
 STREAM_LAYERS = ("bronze", "silver")
 
@@ -118,6 +119,13 @@ def _run_stream(
 def _run_gold(
     settings: Settings, graph: Graph, models: list[Node], asked: LayerRun, session: SparkSession
 ) -> None:
+    made_by_gold = {t for m in models for t in m.writes}
+    upstream = sorted({t for m in models for t in m.reads} - made_by_gold)
+    if waiting := [t for t in upstream if not is_delta(session, settings.storage.table_uri(t))]:
+        # A new lake, or a shadow's catch-up: silver makes its tables as its stream starts,
+        # which may come after gold's first turn; not a failure, a turn with nothing to read.
+        echo(f"gold: waiting for {', '.join(waiting)}, which the silver stream makes as it starts")
+        return
     runner = pipeline.NodeRunner(session, settings)
     _walk_and_raise(settings, graph, models, runner, asked.invocation, sums_gold=True)
 
