@@ -25,9 +25,9 @@ from tests.support import INTERPRETED_PLANS, METASTORE_ENV, settings_for
 LONGEST_MODULES = (
     "test_faults.py",
     "test_gameday.py",
-    "test_shadow.py",
     "test_sessions.py",
     "test_silver.py",
+    "test_shadow.py",
     "test_s3_lake.py",
     "test_compaction.py",
     "test_cluster.py",
