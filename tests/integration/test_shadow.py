@@ -146,7 +146,7 @@ def expired_by_name(spark: SparkSession) -> int:
 
 
 def wait_caught_up(
-    spark: SparkSession, settings: Settings, sent: int, limit_s: float = 240
+    spark: SparkSession, settings: Settings, sent: int, limit_s: float = 300
 ) -> None:
     """Until bronze holds every record sent, the live silver read all of it and its gold
     all of silver."""
