@@ -5,7 +5,9 @@ that timeout changes; the swap while traffic flows; and back."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
 from lakehouse.definitions import at_tags, at_versions
 from lakehouse.gameday import reconcile, reference
@@ -21,7 +24,13 @@ from lakehouse.ops import shadow
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
 from lakehouse.ops.shadow_compare import Comparison, compare
 from lakehouse.storage import catalog, delta
-from tests.support import foreign_lines, overrides, run_lakehouse, settings_for, start_lakehouse
+from tests.support import (
+    foreign_lines,
+    lakehouse_command,
+    overrides,
+    run_lakehouse,
+    settings_for,
+)
 from tests.support.gold import assert_gold_equals_pandas_from_silver
 from tests.support.kafka import as_tuples, consume_all, quarantined_rows
 from tests.support.silver import assert_matches, silver_tables
@@ -43,11 +52,13 @@ def test_a_shadow_with_another_timeout_is_compared_swapped_in_under_traffic_and_
     env = overrides(tmp_path, kafka_bootstrap, PREFIX, **KEYS)
     settings = settings_for(tmp_path, kafka_bootstrap, PREFIX, **KEYS)
     opened, sent = send_sessions_left_open_then_others(kafka_bootstrap)
-    live = start_lakehouse("run", "all", "--continuous", env=env)
+    live = started_into(tmp_path / "live.out", env, "run", "all", "--continuous")
     started = run_lakehouse("shadow", "start", "silver", env=env)
     assert started.returncode == 0 and "shadow v2: silver and gold" in started.stdout, started
     timeout = {"LAKEHOUSE__SILVER__SESSION_TIMEOUT_SECONDS": str(TIMEOUT_S)}
-    built = start_lakehouse("shadow", "run", "--continuous", env={**env, **timeout})
+    built = started_into(
+        tmp_path / "shadow.out", {**env, **timeout}, "shadow", "run", "--continuous"
+    )
     try:
         # Two new applications and this one on two cores, beside another module's test:
         # on the clone run of 40f35ff they took four minutes to their first batch.
@@ -67,7 +78,9 @@ def test_a_shadow_with_another_timeout_is_compared_swapped_in_under_traffic_and_
     finally:
         for job in (live, built):
             job.send_signal(signal.SIGTERM)
-        outputs = [job.communicate(timeout=180)[0] for job in (live, built)]
+        for job in (live, built):
+            job.wait(180)
+        outputs = [(tmp_path / f"{name}.out").read_text() for name in ("live", "shadow")]
         print("\n".join(o[-3000:] for o in outputs))  # shown by pytest if the test failed
     assert [job.returncode for job in (live, built)] == [0, 0], [o[-3000:] for o in outputs]
     assert not foreign_lines(outputs[0] + outputs[1])
@@ -125,6 +138,14 @@ def assert_once_as_the_shadows_timeout_says(
     live = at_versions(settings)
     assert_matches(silver_tables(spark, live), expected)
     assert_gold_equals_pandas_from_silver(spark, live)
+
+
+def started_into(output: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    """The CLI left running, its output to a file: a pipe read only at its end would fill
+    and stop it (a continuous run prints every batch and gold's every turn)."""
+    with output.open("wb") as out:
+        return subprocess.Popen(lakehouse_command(*args), env={**os.environ, **env},
+                                cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
 RETIRED = ("silver.sessions", "gold.session_summary")
