@@ -26,7 +26,7 @@ from lakehouse.core.errors import LakehouseError, first_line
 from lakehouse.definitions import READERS
 from lakehouse.gameday import faults, lake, reconcile, reference
 from lakehouse.gameday.pipeline import Namespace, Pipeline, ended, lakehouse
-from lakehouse.gameday.reconcile import KafkaRecord, Tally
+from lakehouse.gameday.reconcile import KafkaRecord, Loss, Tally
 from lakehouse.gameday.scenario import Scenario, Step
 from lakehouse.ops import status
 from lakehouse.ops.producer import TrafficSpec, produce
@@ -85,6 +85,9 @@ class Day:
         self.pipeline = Pipeline(space)
         self.sent: dict[tuple[str, int, int], KafkaRecord] = {}
         """Every record sent, as Kafka held it before any was lost."""
+        self.lost_in_kafka: list[Loss] = []
+        """The offsets Kafka itself no longer has, as its broker said at each loss: the only
+        records forgiven as lost (never the pipeline's own record of what it skipped)."""
         self.step_number = 0
         self._behind_at: tuple[int, ...] | None = None
         """What was written when the readers were last found behind."""
@@ -163,17 +166,15 @@ class Day:
 
     def reconcile(self) -> list[Tally]:
         """Every layer against what it must hold now."""
-        accepted = lake.accepted_losses(self.spark, self.space.settings)
+        settings, lost = self.space.settings, self.lost_in_kafka
         bronze = reconcile.kafka_vs_bronze(
-            self.sent.values(), lake.bronze_records(self.spark, self.space.settings), accepted
+            self.sent.values(), lake.bronze_records(self.spark, settings), lost
         )
-        kept = [r for r in self.sent.values() if not reconcile.forgiven(r, accepted)]
+        kept = [r for r in self.sent.values() if not reconcile.forgiven(r, lost)]
         kept = [r for r in kept if reference.reaches_silver(r[3], r[4])]
         expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
-        silver = reconcile.silver_vs_reference(
-            lake.silver_found(self.spark, self.space.settings), expected
-        )
-        return [bronze, silver, lake.gold_tally(self.spark, self.space.settings)]
+        silver = reconcile.silver_vs_reference(lake.silver_found(self.spark, settings), expected)
+        return [bronze, silver, lake.gold_tally(self.spark, settings, expected)]
 
 
 def run_step(day: Day, step: Step, number: int) -> Verdict:
@@ -300,7 +301,8 @@ def retention_loss(day: Day, step: Step) -> None:
     admin = AdminClient({"bootstrap.servers": day.space.bootstrap})
     deleted = admin.delete_records([TopicPartition(topic, partition, low + step.records)])
     for future in deleted.values():
-        future.result(30)
+        # The broker's log-start offset after the deletion: what Kafka itself lost.
+        day.lost_in_kafka.append((topic, partition, 0, future.result(30).low_watermark))
     with day.pipeline.log.open("ab") as out:
         bronze = lakehouse(day.space, "run", "bronze", stdout=out)
         code = ended(bronze, RECOVERY_S)

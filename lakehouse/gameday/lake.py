@@ -7,13 +7,14 @@ import time
 from typing import Any
 
 from pyspark.sql import Row, SparkSession
+from pyspark.sql import functions as F
 
-from bronze import kafka_changes, sensor_records
+from bronze import sensor_records
 from gold import sensor_daily, sensor_hourly, session_summary
 from lakehouse.core.settings import Settings, StorageSettings
 from lakehouse.definitions import READERS
-from lakehouse.gameday import gold_reference, reconcile
-from lakehouse.gameday.reconcile import KafkaRecord, Loss, Tally
+from lakehouse.gameday import gold_reference, reconcile, reference
+from lakehouse.gameday.reconcile import KafkaRecord, Tally
 from lakehouse.gameday.reference import Expected
 from lakehouse.quality import store
 from lakehouse.storage import catalog, model_runs
@@ -92,59 +93,56 @@ def bronze_records(spark: SparkSession, settings: Settings) -> list[KafkaRecord]
     return as_tuples(table.collect()) + as_tuples(quarantined_rows(spark, settings.storage))
 
 
-def accepted_losses(spark: SparkSession, settings: Settings) -> list[Loss]:
-    """The offsets an operator accepted as lost (`lakehouse bronze accept-loss`)."""
-    return [
-        (c["topic"], c["partition"], c["skipped_from"], c["skipped_to"] + 1)
-        for c in kafka_changes.history(spark, settings)
-        if c["change"] == "offsets_lost" and c["skipped_from"] is not None
-        and c["skipped_to"] is not None
-    ]  # fmt: skip
-
-
 def silver_found(spark: SparkSession, settings: Settings) -> Expected:
-    """Silver's tables in the reference's shape."""
+    """Silver's tables in the reference's shape, every row of each (a row twice is there
+    twice), times as microseconds since the epoch."""
 
-    def table(name: str) -> list[Row]:
-        return spark.read.format("delta").load(settings.storage.table_uri(name)).collect()
+    def table(name: str, *times: str) -> list[Row]:
+        frame = spark.read.format("delta").load(settings.storage.table_uri(name))
+        return frame.withColumns({t: F.unix_micros(t) for t in times}).collect()
 
     found = Expected()
     for r in table(session_rows.NAME):
-        found.rows[((r.topic, r.session_id), r.row_id)] = (
-            r.temperature, r.humidity, r.pressure, r.status, r.counter, r.seq,
-            r.topic, r.partition, r.offset,
-        )  # fmt: skip
-    for r in table(sessions.NAME):
-        found.sessions[(r.topic, r.session_id)] = (
-            r.status, r.last_seq, r.records, r.rejected, r.table_rows
-        )  # fmt: skip
+        values = tuple(r[f] for f in reference.ROW_FIELDS)
+        found.rows.append(
+            (((r.topic, r.session_id), r.row_id), (*values, r.seq, r.topic, r.partition, r.offset))
+        )
+    for r in table(sessions.NAME, "first_event_time", "last_event_time"):
+        found.sessions.append(((r.topic, r.session_id), reference.SessionSummary(
+            r.sensor_id, r.status, r.first_seq, r.last_seq, r.records, r.snapshots, r.updates,
+            r.rejected, r.gaps, r.table_rows, r.first_event_time, r.last_event_time,
+            (r.first_topic, r.first_partition, r.first_offset), (r.topic, r.partition, r.offset),
+        )))  # fmt: skip
     for r in table(violations.NAME):
         session = None if r.session_id is None else (r.topic, r.session_id)
-        found.violations[(session, r.reason, r.offset)] += 1
-    for r in table(row_changes.NAME):
-        found.changes[((r.topic, r.session_id), r.row_id, r.op, r.seq)] += 1
+        found.violations.append(((session, r.reason, r.topic, r.partition, r.offset), ()))
+    for r in table(row_changes.NAME, "event_time"):
+        values = tuple(r[f] for f in reference.ROW_FIELDS)
+        found.changes.append((
+            ((r.topic, r.session_id), r.row_id, r.op, r.seq),
+            (*values, r.sensor_id, r.event_time, r.topic, r.partition, r.offset),
+        ))  # fmt: skip
     return found
 
 
-def gold_tally(spark: SparkSession, settings: Settings) -> Tally:
-    """Each gold model's rows against gold computed again from silver with pandas."""
+def gold_tally(spark: SparkSession, settings: Settings, expected: Expected) -> Tally:
+    """Each gold model's rows against gold computed with pandas from `expected`, silver as
+    the reference rebuilt it from what was sent (never from silver's own columns)."""
 
     def table(name: str) -> Any:
         return spark.read.format("delta").load(settings.storage.table_uri(name))
 
-    changes = table(row_changes.NAME).toPandas()
-    expected = {
+    changes, summaries, rejections = gold_reference.silver_frames(expected)
+    wanted = {
         sensor_hourly: gold_reference.hourly_reference(changes),
         sensor_daily: gold_reference.daily_reference(changes),
-        session_summary: gold_reference.summary_reference(
-            table(sessions.NAME).toPandas(), table(violations.NAME).toPandas()
-        ),
+        session_summary: gold_reference.summary_reference(summaries, rejections),
     }
     tallies = [
         reconcile.rows_vs_reference(
             model.NAME, [r.asDict() for r in table(model.NAME).collect()], model.KEY, rows
         )
-        for model, rows in expected.items()
+        for model, rows in wanted.items()
     ]
     return reconcile.combined("silver ↔ gold", tallies)
 

@@ -7,29 +7,65 @@ the streaming job against a second opinion rather than against itself.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from lakehouse.ops.producer import MAX_VALUE_BYTES
 
 ROW_FIELDS = ("temperature", "humidity", "pressure", "status", "counter")
-
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Session = tuple[str, str]
 """(topic, session id): a session is its sensor's (its topic's) and its id."""
+Lineage = tuple[str, int, int]
+"""(topic, partition, offset) of a Kafka record."""
+
+
+class SessionSummary(NamedTuple):
+    """A session's row of `silver.sessions` but its key and batch; times in microseconds."""
+
+    sensor_id: str
+    status: str
+    first_seq: int | None
+    last_seq: int | None
+    records: int
+    snapshots: int
+    updates: int
+    rejected: int
+    gaps: int
+    table_rows: int
+    first_event_time: int | None
+    last_event_time: int | None
+    first: Lineage
+    last: Lineage
 
 
 @dataclass
 class Expected:
-    rows: dict[tuple[Session, str], tuple[Any, ...]] = field(default_factory=dict)
-    """(session, row) -> (values..., seq, topic, partition, offset)"""
-    sessions: dict[Session, tuple[str, int | None, int, int, int]] = field(default_factory=dict)
-    """session -> (status, last_seq, records, rejected, table rows)"""
-    violations: Counter[tuple[Session | None, str, int]] = field(default_factory=Counter)
-    """(session, reason, offset) -> count"""
-    changes: Counter[tuple[Session, str, str, int]] = field(default_factory=Counter)
-    """(session, row, op, seq) -> count"""
+    """Silver's four tables as (key, value) pairs, each key first naming its session: the
+    reference's, where each key is once, or what silver holds, where a key may be twice."""
+
+    rows: list[tuple[tuple[Session, str], tuple[Any, ...]]] = field(default_factory=list)
+    """((session, row), (values..., seq, topic, partition, offset))"""
+    sessions: list[tuple[Session, SessionSummary]] = field(default_factory=list)
+    violations: list[tuple[tuple[Session | None, str, str, int, int], tuple[()]]] = field(
+        default_factory=list
+    )
+    """((session, reason, topic, partition, offset), ())"""
+    changes: list[tuple[tuple[Session, str, str, int], tuple[Any, ...]]] = field(
+        default_factory=list
+    )
+    """((session, row, op, seq), (values..., sensor_id, event_time, topic, partition, offset))"""
+
+    def tables(self) -> dict[str, list[tuple[Any, Any]]]:
+        return {
+            "session_rows": self.rows,
+            "sessions": self.sessions,
+            "violations": self.violations,
+            "row_changes": self.changes,
+        }
 
 
 def reaches_silver(key: bytes | None, value: bytes | None) -> bool:
@@ -47,6 +83,17 @@ def session_of(value: bytes) -> str | None:
     return body.get("session_id") if isinstance(body, dict) else None
 
 
+def sensor_of(topic: str) -> str:
+    """The sensor a topic names: topics are `<prefix><sensor>`, the prefix ending in a dot
+    and the sensor id without one (as `lakehouse produce` names them)."""
+    return topic.rsplit(".", 1)[-1]
+
+
+def micros(event_time: str) -> int:
+    """A protocol time as microseconds since the epoch, as silver keeps it."""
+    return (datetime.fromisoformat(event_time) - EPOCH) // timedelta(microseconds=1)
+
+
 def _unkeyed_reason(value: bytes) -> str:
     """Not a JSON object: unparsable; an object without a session id: invalid."""
     try:
@@ -62,8 +109,8 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
     for record in records:
         named = session_of(record[3])
         by_session[None if named is None else (record[0], named)].append(record)
-    for _, _, offset, value in by_session.pop(None, []):
-        expected.violations[(None, _unkeyed_reason(value), offset)] += 1
+    for topic, partition, offset, value in by_session.pop(None, []):
+        expected.violations.append(((None, _unkeyed_reason(value), topic, partition, offset), ()))
     for session, items in by_session.items():
         assert session is not None  # the unnamed were popped above
         _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
@@ -72,43 +119,69 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
 
 def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected: Expected) -> None:
     table: dict[str, tuple[Any, ...]] = {}
+    first_seq: int | None = None
     last_seq: int | None = None
-    status, seen_snapshot, rejected = "open", False, 0
+    status, seen_snapshot = "open", False
+    rejected = snapshots = updates = gaps = 0
+    times: list[int] = []  # the event times readable, in Kafka order
+
+    def change(row: str, op: str, seq: int, values: tuple[Any, ...], m: dict[str, Any]) -> None:
+        at = (*values, m["sensor_id"], micros(m["event_time"]), *lineage)
+        expected.changes.append(((session, row, op, seq), at))
+
     for topic, partition, offset, value in items:
         lineage = (topic, partition, offset)
         m = _parsed(value)
+        if m is not None and _valid(m):
+            times.append(micros(m["event_time"]))
         refused = _refusal(m, status, last_seq, seen_snapshot, table)
         if refused is not None:
             reason, breaks = refused
             rejected += 1
-            expected.violations[(session, reason, offset)] += 1
+            gaps += reason == "gap"
+            expected.violations.append(((session, reason, *lineage), ()))
             status = "broken" if breaks else status
             continue
         assert m is not None
         seq, kind = m["seq"], m.get("kind")
         status = "open" if status == "broken" else status
+        first_seq = seq if first_seq is None else first_seq
         last_seq = seq if last_seq is None else max(last_seq, seq)
         if kind == "snapshot":
             new = {r["row_id"]: tuple(r["values"][f] for f in ROW_FIELDS) for r in m["rows"]}
-            for row in table.keys() - new.keys():
-                expected.changes[(session, row, "delete", seq)] += 1
-            for row in new:
-                expected.changes[(session, row, "snapshot", seq)] += 1
+            for row in sorted(table.keys() - new.keys()):
+                change(row, "delete", seq, (None,) * len(ROW_FIELDS), m)
+            for row, values in new.items():
+                change(row, "snapshot", seq, values, m)
             table = {row: (*v, seq, *lineage) for row, v in new.items()}
-            seen_snapshot = True
+            seen_snapshot, snapshots = True, snapshots + 1
         elif kind == "update" and m["op"] == "delete":
             del table[m["row_id"]]
-            expected.changes[(session, m["row_id"], "delete", seq)] += 1
+            change(m["row_id"], "delete", seq, (None,) * len(ROW_FIELDS), m)
+            updates += 1
         elif kind == "update":
             row = m["row"]["row_id"]
             op = "update" if row in table else "insert"
-            table[row] = (*(m["row"]["values"][f] for f in ROW_FIELDS), seq, *lineage)
-            expected.changes[(session, row, op, seq)] += 1
+            values = tuple(m["row"]["values"][f] for f in ROW_FIELDS)
+            table[row] = (*values, seq, *lineage)
+            change(row, op, seq, values, m)
+            updates += 1
         else:
             status = "closed"
-    expected.sessions[session] = (status, last_seq, len(items), rejected, len(table))
-    for row, values in table.items():
-        expected.rows[(session, row)] = values
+    (t0, p0, o0, _), (t1, p1, o1, _) = items[0], items[-1]
+    first, last = (t0, p0, o0), (t1, p1, o1)
+    summary = SessionSummary(
+        sensor_of(session[0]), status, first_seq, last_seq, len(items), snapshots, updates,
+        rejected, gaps, len(table), times[0] if times else None, times[-1] if times else None,
+        first, last,
+    )  # fmt: skip
+    expected.sessions.append((session, summary))
+    expected.rows += [((session, row), values) for row, values in table.items()]
+
+
+def _valid(m: dict[str, Any]) -> bool:
+    """Whether a message's envelope is readable: its event time then counts for its session."""
+    return isinstance(m.get("seq"), int) and "event_time" in m and "sensor_id" in m
 
 
 def _parsed(value: bytes) -> dict[str, Any] | None:
@@ -132,9 +205,9 @@ def _refusal(
         return "after_end", False
     if m is None:
         return "unparsable", True
-    seq, kind = m.get("seq"), m.get("kind")
-    if not isinstance(seq, int) or "event_time" not in m or "sensor_id" not in m:
+    if not _valid(m):
         return "invalid", True
+    seq, kind = m["seq"], m.get("kind")
     if status == "broken" and kind != "snapshot":
         return "quarantined", False
     want = 0 if last_seq is None else last_seq + 1

@@ -20,12 +20,10 @@ def assert_matches(found: reference.Expected, expected: reference.Expected) -> N
 def only(found: reference.Expected, sessions: set[tuple[str, str | None]]) -> reference.Expected:
     """The part of silver's tables that belongs to the given sessions."""
     return reference.Expected(
-        rows={k: v for k, v in found.rows.items() if k[0] in sessions},
-        sessions={k: v for k, v in found.sessions.items() if k in sessions},
-        violations=type(found.violations)(
-            {k: v for k, v in found.violations.items() if k[0] in sessions}
-        ),
-        changes=type(found.changes)({k: v for k, v in found.changes.items() if k[0] in sessions}),
+        rows=[(k, v) for k, v in found.rows if k[0] in sessions],
+        sessions=[(k, v) for k, v in found.sessions if k in sessions],
+        violations=[(k, v) for k, v in found.violations if k[0] in sessions],
+        changes=[(k, v) for k, v in found.changes if k[0] in sessions],
     )
 
 

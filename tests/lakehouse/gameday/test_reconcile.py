@@ -3,12 +3,16 @@ and forgives only the offsets an operator accepted as lost."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from datetime import datetime
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakehouse.gameday import reconcile, reference
+from lakehouse.gameday import gold_reference, reconcile, reference
 from lakehouse.gameday.reconcile import Tally
 from lakehouse.ops.producer import TrafficSpec, generate_traffic
 
@@ -46,19 +50,68 @@ def test_a_record_bronze_holds_that_was_never_sent_is_altered() -> None:
     assert (found.lost, found.doubled, found.altered) == (0, 0, 1)
 
 
+SPEC = TrafficSpec(sensors=2, sessions_per_sensor=2, rows_per_snapshot=3, updates_per_session=6,
+                   faults={"gap": 1, "malformed_json": 1}, partitions=2)  # fmt: skip
+RECORDS = [(r.topic, r.partition, o, r.value) for o, r in enumerate(generate_traffic(SPEC))]
+
+
 def test_silver_equal_to_the_reference_passes_and_a_copied_row_change_is_doubled() -> None:
-    spec = TrafficSpec(sensors=1, sessions_per_sensor=2, rows_per_snapshot=3,
-                       updates_per_session=6, faults={"gap": 1})  # fmt: skip
-    records = [(r.topic, r.partition, o, r.value) for o, r in enumerate(generate_traffic(spec))]
-    expected = reference.reconstruct(records)
-    same = reference.reconstruct(list(reversed(records)))
+    expected = reference.reconstruct(RECORDS)
+    same = reference.reconstruct(list(reversed(RECORDS)))
     assert reconcile.silver_vs_reference(same, expected).ok
-    same.changes.update(Counter([next(iter(same.changes))]))
-    row = next(iter(same.rows))
-    del same.rows[row]
+    same.changes.append(same.changes[0])
+    del same.rows[0]
     found = reconcile.silver_vs_reference(same, expected)
     assert (found.lost, found.doubled, found.altered) == (1, 1, 0)
     assert found.examples[0].startswith("lost session_rows")
+
+
+def test_a_row_held_twice_with_its_own_values_is_one_doubled_row() -> None:
+    expected = reference.reconstruct(RECORDS)
+    found = reference.reconstruct(RECORDS)
+    found.rows.append(found.rows[1])
+    found.sessions.append(found.sessions[0])
+    tally = reconcile.silver_vs_reference(found, expected)
+    assert (tally.lost, tally.doubled, tally.altered) == (0, 2, 0)
+    assert tally.examples[0] == f"doubled session_rows {found.rows[1][0]}"
+
+
+@pytest.mark.parametrize("column", [0, 5, 6, 8])  # temperature, sensor, event time, partition
+def test_a_row_change_with_one_value_changed_is_altered(column: int) -> None:
+    expected = reference.reconstruct(RECORDS)
+    found = reference.reconstruct(RECORDS)
+    key, values = found.changes[3]
+    changed = values[column] + 1 if isinstance(values[column], int | float) else "sensor-x"
+    found.changes[3] = (key, (*values[:column], changed, *values[column + 1 :]))
+    tally = reconcile.silver_vs_reference(found, expected)
+    assert (tally.lost, tally.doubled, tally.altered) == (0, 0, 1)
+    assert tally.examples == (f"altered row_changes {key}",)
+
+
+def test_a_violation_lost_in_one_partition_and_doubled_in_another_does_not_net_to_zero() -> None:
+    expected = reference.reconstruct(RECORDS)
+    found = reference.reconstruct(RECORDS)
+    (session, reason, topic, partition, offset), value = found.violations[0]
+    found.violations[0] = ((session, reason, topic, 1 - partition, offset), value)
+    tally = reconcile.silver_vs_reference(found, expected)
+    assert (tally.lost, tally.altered) == (1, 1)
+
+
+def test_gold_reference_is_computed_from_what_was_sent_not_copied_from_silver() -> None:
+    expected = reference.reconstruct(RECORDS)
+    changes, sessions, violations = gold_reference.silver_frames(expected)
+    summary = gold_reference.summary_reference(sessions, violations)
+    hourly = gold_reference.hourly_reference(changes)
+    sent = [json.loads(v) for *_, v in RECORDS if v.startswith(b"{") and v.endswith(b"}")]
+    updates = Counter(m["sensor_id"] for m in sent if m["kind"] == "update")
+    assert sum(r["updates"] for r in hourly.values()) <= sum(updates.values())
+    for (sensor, session), row in summary.items():
+        mine = [m for m in sent if (m["sensor_id"], m["session_id"]) == (sensor, session)]
+        times = [datetime.fromisoformat(m["event_time"]).replace(tzinfo=None) for m in mine]
+        assert (row["started_at"], row["ended_at"]) == (min(times), max(times))
+        assert row["records"] >= len(mine)
+    named = [session for (session, *_), _ in expected.violations if session is not None]
+    assert sum(r["violations"] for r in summary.values()) == len(named) > 2  # a gap quarantines
 
 
 def test_gold_rows_by_key_lost_doubled_and_altered() -> None:
