@@ -86,7 +86,8 @@ class StorageSettings:
     """Local folder for the embedded services of this machine (broker data, pid files)."""
     lease_seconds: Annotated[float, Positive]
     """On S3, how long a writer's lease of its tables lasts unless renewed (every third of
-    it): how soon another writer may take over from one that crashed."""
+    it): how soon another writer may take over from one that crashed. A writer begins no
+    batch with less than half of it left (`storage/lease.py`, `fence_margin_s`)."""
     versions: Mapping[str, str] = field(default_factory=dict, metadata={"from_lake": True})
     """Not a setting: table or stream name -> what the folders of the version a command
     works on add to it (`__v2`; none for the first), from the lake's versions

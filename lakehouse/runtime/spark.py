@@ -25,6 +25,7 @@ from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.runtime import class_data
 from lakehouse.services import Reached, jars, reached
+from lakehouse.storage.lease import s3a_timeout_s
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 PACKAGES = ("lakehouse", "bronze", "silver", "gold")
@@ -236,9 +237,13 @@ def s3a_conf(settings: Settings, services: Reached) -> dict[str, str]:
     if not settings.storage.root.startswith("s3a://"):
         return {}
     s3 = settings.s3
+    # A request S3 leaves unanswered fails in time for its writer's lease (storage/lease.py).
+    hung = f"{s3a_timeout_s(settings.storage.lease_seconds):.0f}s"
     conf = {
         "spark.hadoop.fs.s3a.endpoint.region": s3.region,
         "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
+        "spark.hadoop.fs.s3a.connection.establish.timeout": hung,
+        "spark.hadoop.fs.s3a.connection.timeout": hung,
     }
     if services.s3_endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = services.s3_endpoint

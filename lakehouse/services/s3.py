@@ -215,25 +215,40 @@ def credentials(settings: Settings) -> tuple[str, str]:
     return EmbeddedS3.under(settings.storage.local_state_dir).keys()
 
 
-def client(settings: Settings) -> Any:
-    """A boto3 S3 client for the `s3` settings."""
+def client(settings: Settings, timeout_s: float | None = None) -> Any:
+    """A boto3 S3 client for the `s3` settings; `timeout_s`: its connect and read timeouts,
+    each call giving up after two attempts (a lease's, `storage/lease.py`)."""
     s3 = settings.s3
     endpoint = resolve_endpoint(settings)
-    return s3_client(endpoint, s3.region, *credentials(settings), s3.path_style)
+    return s3_client(endpoint, s3.region, *credentials(settings), s3.path_style, timeout_s)
 
 
 def s3_client(
-    endpoint: str | None, region: str, access_key: str, secret_key: str, path_style: bool = True
+    endpoint: str | None,
+    region: str,
+    access_key: str,
+    secret_key: str,
+    path_style: bool = True,
+    timeout_s: float | None = None,
 ) -> Any:
     import boto3
     from botocore.config import Config
 
     style = "path" if path_style else "virtual"
+    bounded: dict[str, Any] = (
+        {"retries": {"max_attempts": 2}}
+        if timeout_s is None
+        else {
+            "connect_timeout": timeout_s,
+            "read_timeout": timeout_s,
+            "retries": {"total_max_attempts": 2},
+        }
+    )
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name=region,
         aws_access_key_id=access_key or None,
         aws_secret_access_key=secret_key or None,
-        config=Config(s3={"addressing_style": style}, retries={"max_attempts": 2}),
+        config=Config(s3={"addressing_style": style}, **bounded),
     )

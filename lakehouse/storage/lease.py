@@ -13,6 +13,9 @@ writer takes the next generation. A holder that finds its next generation taken 
 the lease and must stop writing.
 
 Expiry compares wall clocks of different hosts: the time to live must exceed their skew.
+A writer fences itself: it begins no write once less than `fence_margin_s` is left of a
+lease, counted on its own monotonic clock from when its last successful renewal was sent,
+so a renewal that S3 leaves unanswered stops it before the lease ends, as a failed one does.
 A lease names its process, so a part of `run all` restarted after an outage takes back the
 lease it could not release, where any other writer waits for it to expire.
 
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -76,6 +80,34 @@ def writer_name(application: str) -> str:
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:6]
 
+
+def fence_margin_s(ttl_s: float) -> float:
+    """How much of its lease a writer must have left to begin a batch: half of it.
+
+    It must outlast what a batch that passed the check still does before its last commit
+    lands (its jobs and commits, S3A giving up on a hung request), plus the skew between
+    this host's clock and the next writer's, which judges the expiry by its own. Half is
+    the most a healthy writer never waits on: it renews every third of the lease, and a
+    renewal gives up within a sixth (`call_timeout_s`), so its lease keeps half left. Of
+    the default 60 s: 30 s for a batch's commits and the clocks' skew."""
+    return ttl_s / 2
+
+
+def call_timeout_s(ttl_s: float) -> float:
+    """The lease client's connect and read timeouts: two attempts of both give up within a
+    sixth of the lease, so that a renewal S3 leaves unanswered fails, and stops the writer,
+    long before the lease ends (boto3's own, 60 s each, outlast it). Never under a second,
+    which a busy server's answer may take (the tests' leases last seconds)."""
+    return max(ttl_s / 24, 1.0)
+
+
+def s3a_timeout_s(ttl_s: float) -> float:
+    """S3A's connect and socket timeouts where the lake is on S3: a Delta commit that S3
+    leaves unanswered is given up within this, not S3A's 200 s, well inside the
+    `fence_margin_s` its batch began with. S3A raises any timeout under 15 s to 15 s."""
+    return max(ttl_s / 12, 15.0)
+
+
 _HERE = threading.Lock()
 _HELD_HERE: set[str] = set()
 """Tables this process holds in a `holding` block now: a second block in it is refused, as
@@ -86,12 +118,26 @@ class TableLease:
     """The lease of one table, held by `holder`, in `bucket` under `prefix`."""
 
     def __init__(
-        self, client: Any, bucket: str, prefix: str, table: str, holder: str, ttl_s: float
+        self,
+        client: Any,
+        bucket: str,
+        prefix: str,
+        table: str,
+        holder: str,
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client, self.bucket, self.table = client, bucket, table
         self.folder = f"{prefix}/_leases/{table}/".lstrip("/")
-        self.holder, self.ttl_s = holder, ttl_s
+        self.holder, self.ttl_s, self.clock = holder, ttl_s, clock
         self.held: Grant | None = None
+        self.ends = -math.inf
+        """When the lease held ends on `clock`: the lease's time after the moment the
+        generation held was sent, which S3 may have written any time after."""
+
+    def left_s(self) -> float:
+        """Seconds left of the lease held (0 or less: none)."""
+        return self.ends - self.clock()
 
     def current(self) -> Grant | None:
         """The newest generation, or None if no writer ever took the lease."""
@@ -127,19 +173,21 @@ class TableLease:
         """Give the lease up at once: a generation that has already expired."""
         if self.held is not None:
             self._create(Grant(self.table, self.held.generation + 1, self.holder, 0.0))
-            self.held = None
+            self.held, self.ends = None, -math.inf
 
     def _take(self, generation: int) -> Grant:
+        sent = self.clock()
         grant = Grant(self.table, generation, self.holder, time.time() + self.ttl_s)
-        if not self._create(grant):
-            winner = self.current()
+        # A retry of a request that S3 did write, though its answer timed out, finds the
+        # generation taken by this very grant: held, not lost.
+        if not self._create(grant) and (winner := self.current()) != grant:
             self.held = None
             raise LeaseRefused(
                 f"{self.table} is leased to {winner.describe() if winner else 'another writer'}"
                 ": it took the lease first; one writer per table on object storage",
                 self.table,
             )
-        self.held = grant
+        self.held, self.ends = grant, sent + self.ttl_s
         self._forget_before(generation - 1)
         return grant
 
@@ -170,16 +218,39 @@ class TableLease:
 
 
 class Held:
-    """The leases a writer holds while it writes; `check()` raises once one is lost."""
+    """The leases a writer holds while it writes; `check()` raises once one is lost, or
+    about to end."""
 
     def __init__(self, leases: Sequence[TableLease] = ()) -> None:
         self.leases = list(leases)
         self.lost: LakehouseError | None = None
+        self.renewing = False
+        """A renewer runs: a lease near its end may yet be renewed."""
+        self.renewed = threading.Condition()
+        """Notified by the renewer after each renewal, or its failure."""
 
     def check(self) -> None:
-        """Call before each write: a writer that lost a lease must not write again."""
-        if self.lost is not None:
+        """Call before each write: a writer that lost a lease, or has less than
+        `fence_margin_s` left of one, must not write again. A renewal under way is waited
+        for while the lease lasts: it may yet come back (a busy server)."""
+        with self.renewed:
+            while self.lost is None:
+                lease = min(self.leases, key=lambda each: each.ends, default=None)
+                if lease is None or (left := lease.left_s()) >= fence_margin_s(lease.ttl_s):
+                    return
+                if not (self.renewing and left > 0 and self.renewed.wait(left)):
+                    raise Unavailable(_lapsing(lease, left))
             raise self.lost
+
+
+def _lapsing(lease: TableLease, left: float) -> str:
+    return (
+        f"the lease of {lease.table} was last renewed {lease.ttl_s - left:.0f} s ago and "
+        f"{'has ended' if left <= 0 else f'ends in {left:.0f} s'}, under the "
+        f"{fence_margin_s(lease.ttl_s):.0f} s a batch is given to commit: stopped before "
+        "writing, as object storage has not answered its renewal; run again, the writer "
+        "takes the lease back unless another writer took it"
+    )
 
 
 @contextmanager
@@ -218,10 +289,11 @@ def _leased(settings: Settings, tables: Sequence[str], application: str) -> Iter
     from lakehouse.storage.buckets import bucket_and_prefix
 
     bucket, prefix = bucket_and_prefix(settings.storage.root)
-    client = s3.client(settings)
     ttl = settings.storage.lease_seconds
+    client = s3.client(settings, call_timeout_s(ttl))
     holder = writer_name(application)
     held = Held()
+    renewer: threading.Thread | None = None
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
@@ -237,18 +309,22 @@ def _leased(settings: Settings, tables: Sequence[str], application: str) -> Iter
         renewer = threading.Thread(
             target=_renew, args=(held, ttl / 3, stop), daemon=True, name="lease-renewer"
         )
+        held.renewing = True
         renewer.start()
         try:
             yield held
         finally:
             stop.set()
-            renewer.join()
+            # Not waited for past the leases' end: a renewal stuck that long (S3 holding
+            # it) will not make them this writer's again.
+            renewer.join(max(0.0, min((lease.left_s() for lease in held.leases), default=0.0)))
     finally:
-        for lease in held.leases:
-            # One that cannot be released now (S3 gone) frees when it expires, or when
-            # this process takes it again (the same writer restarted).
-            with suppress(Exception):
-                lease.release()
+        # One that cannot be released now (S3 gone, or its renewal stuck) frees when it
+        # expires, or when this process takes it again (the same writer restarted).
+        if held.lost is None and not (renewer is not None and renewer.is_alive()):
+            for lease in held.leases:
+                with suppress(Exception):
+                    lease.release()
 
 
 @contextmanager
@@ -279,14 +355,27 @@ def _locked(root: str, tables: Sequence[str], application: str, exclusive: bool)
 
 
 def _renew(held: Held, every_s: float, stop: threading.Event) -> None:
-    while not stop.wait(every_s):
-        for lease in held.leases:
-            try:
-                lease.renew()
-            except Exception as error:  # taken over, or S3 gone: the writer must stop
-                why = str(error) if isinstance(error, LakehouseError) else explain(error)
-                line = f"lost the lease of {lease.table}: {why}"
-                # S3 that did not answer: the writer stops, and once restarted takes its
-                # lease back unless another writer took it after it expired.
-                held.lost = Unavailable(line) if transient(error) else LeaseRefused(line)
-                return
+    try:
+        # Every `every_s` from the start of the last round, not its end: the leases'
+        # renewals keep their pace however long a round takes.
+        began = time.monotonic()
+        while not stop.wait(max(0.0, began + every_s - time.monotonic())):
+            began = time.monotonic()
+            for lease in held.leases:
+                if stop.is_set():  # released, or about to be: renewed no more
+                    return
+                try:
+                    lease.renew()
+                except Exception as error:  # taken over, or S3 gone: the writer must stop
+                    why = str(error) if isinstance(error, LakehouseError) else explain(error)
+                    line = f"lost the lease of {lease.table}: {why}"
+                    # S3 that did not answer: the writer stops, and once restarted takes
+                    # its lease back unless another writer took it after it expired.
+                    held.lost = Unavailable(line) if transient(error) else LeaseRefused(line)
+                    return
+                with held.renewed:
+                    held.renewed.notify_all()
+    finally:
+        with held.renewed:
+            held.renewing = False
+            held.renewed.notify_all()
