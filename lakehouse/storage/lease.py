@@ -238,8 +238,9 @@ class Held:
                 lease = min(self.leases, key=lambda each: each.ends, default=None)
                 if lease is None or (left := lease.left_s()) >= fence_margin_s(lease.ttl_s):
                     return
-                if not (self.renewing and left > 0 and self.renewed.wait(left)):
+                if not (self.renewing and left > 0):
                     raise Unavailable(_lapsing(lease, left))
+                self.renewed.wait(left)  # then looked at again: renewed, lost or ended
             raise self.lost
 
 
