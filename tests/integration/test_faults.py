@@ -38,17 +38,30 @@ from lakehouse.runtime.incremental import run_models
 from lakehouse.runtime.streams import checkpoint_format
 from lakehouse.services.s3 import EmbeddedS3
 from lakehouse.storage import catalog
+from lakehouse.storage.buckets import bucket_and_prefix
+from lakehouse.storage.lease import TableLease
 from silver import reconstruct
 from tests.support import S3_KEYS, lakehouse_command
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
-from tests.support.s3 import FAIL_FAST, PREFIX, SPEC, read_s3, s3_env, table_version, use_s3
+from tests.support.s3 import (
+    FAIL_FAST,
+    PREFIX,
+    SPEC,
+    read_s3,
+    run_stalled,
+    s3_env,
+    table_version,
+    use_s3,
+)
 from tests.support.silver import assert_matches, silver_tables, small_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 LEASE_SECONDS = 2
 """A killed job's leases free this soon, for the next job."""
+STALLED_LEASE_SECONDS = 8
+"""The lease of a job whose renewal S3 holds: half of it (its margin) outlasts a batch."""
 
 BRONZE = "bronze/sensor_records"
 BRONZE_MOMENTS = {
@@ -191,9 +204,11 @@ def test_the_s3_server_killed_at_each_moment_of_a_batch_fails_bronze_in_one_line
     assert tally.ok and len(rows) == len(sent), tally.line()
 
 
-def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_record_once(
+def test_bronze_killed_at_each_moment_of_a_batch_or_stalled_past_its_lease_then_restarted_holds_every_record_once(  # noqa: E501
     spark: SparkSession, kafka_bootstrap: str, server: EmbeddedS3, tmp_path: Path
 ) -> None:
+    """The stalled job: a renewal of its lease that S3 holds past the lease's end, whatever
+    the client's timeouts, stops the job before its next commit, in one line."""
     prefix = "kill." + PREFIX
     traffic = replace(SPEC, seed=35, topic_prefix=prefix, sessions_per_sensor=6, faults=FAULTS)
     sent = produce(traffic, kafka_bootstrap)
@@ -217,6 +232,21 @@ def test_bronze_killed_at_each_moment_of_a_batch_then_restarted_holds_every_reco
             # checkpoint does not know it, and the rerun below redoes it.
             batches = len(_keys(server, f"{root}/_checkpoints/{BRONZE}/commits/"))
             assert table_version(spark, server, f"{root}/{BRONZE}") == batches + 1  # 0: CREATE
+    stalled = {**env, "LAKEHOUSE__STORAGE__LEASE_SECONDS": str(STALLED_LEASE_SECONDS),
+               "LAKEHOUSE__BRONZE__MAX_OFFSETS_PER_TRIGGER": "20"}  # fmt: skip
+    wait_leases_expired(s3_of(server), root)
+    code, stall = run_stalled(("run", "bronze"), stalled, server, sensor_records.WRITES,
+                              tmp_path / "bronze-stalled.log")  # fmt: skip
+    lease = TableLease(s3_of(server), *bucket_and_prefix(root), sensor_records.NAME, "", 0)
+    held = lease.current()  # the last generation it took: the renewals never came
+    assert held is not None and stall.struck.is_set()
+    late = [f"{at - held.expires:.1f}" for at in stall.commits if at >= held.expires]
+    assert not late, f"Delta commits {', '.join(late)} s after the lease ended"
+    errors = (tmp_path / "bronze-stalled.log").read_text()
+    last = errors.strip().splitlines()[-1]
+    assert code == 1, f"exit {code}: {errors[-2000:]}"
+    assert "failed: the lease of bronze.sensor_records was last renewed " in last, last
+    assert "Traceback" not in errors, errors[-2000:]
 
     use_s3(spark, server)
     wait_leases_expired(s3_of(server), root)
