@@ -69,7 +69,9 @@ def _add_status_and_compare(verbs: Any) -> None:
         help="how far the shadow is behind the live version, and its checks",
         description="Bronze versions, records and seconds between what the live silver and "
         "the shadow's have read; how many input versions each gold model has not read; "
-        "failed validations of each version's quality gates.",
+        "failed validations of each version's quality gates; each name in the catalog that "
+        "does not point where the lake's versions say (a swap not finished), which makes "
+        "the exit 1.",
     )
     status.add_argument("--json", action="store_true", help="print one JSON document")
     status.set_defaults(handler=run_status)
@@ -101,7 +103,9 @@ def _add_swap_and_drop(verbs: Any) -> None:
         description="Make the shadow the live version: the lake's versions first, so that the "
         "old version's streams and gold stop after their batch (bronze goes on); once they "
         "have let go of their tables, every name in the catalog (silver.sessions, gold.*) "
-        "points at the new version's table, each in one change that readers see at once. The "
+        "points at the new version's table, each in one change that readers see at once. "
+        "Refused while the shadow lacks a table the live version has. Killed at any step, "
+        "it is finished by running it again; `shadow status` names what is left. The "
         "shadow's `shadow run --continuous` goes on as the live one. The old version is kept, "
         "named `<table>__<tag>`, for `swap --back` until `drop`. --back makes it live again; "
         "restart `lakehouse run all` to bring it up to date from its own checkpoint.",
@@ -119,7 +123,8 @@ def _add_swap_and_drop(verbs: Any) -> None:
         "drop",
         help="delete the version beside the live one",
         description="Delete the shadow (abandoned) or the old version (after a swap): its "
-        "tables, checkpoint and names. Refused while a writer of it runs.",
+        "tables, checkpoint and names. Refused while a writer of it runs, and while a name "
+        "in the catalog points at one of its tables.",
     )
     drop.set_defaults(handler=run_drop)
 
@@ -139,7 +144,8 @@ def run_run(args: argparse.Namespace) -> None:
     shadow.run_shadow(spark, settings, args.continuous, invocation(args))
 
 
-def run_status(args: argparse.Namespace) -> None:
+def run_status(args: argparse.Namespace) -> int:
+    """Exit 1 while a name disagrees with the versions."""
     from lakehouse.cli.shadow_text import where_lines
     from lakehouse.ops import shadow
 
@@ -147,9 +153,12 @@ def run_status(args: argparse.Namespace) -> None:
     found = shadow.where(spark, settings)
     if args.json:
         echo(json.dumps(found.as_json(), indent=2))
-        return
-    for line in where_lines(found):
-        echo(line)
+    else:
+        for line in where_lines(found):
+            echo(line)
+        for line in shadow.misnamed_lines(found.misnamed, shadow.finishing(found.versions)):
+            echo(f"  {line}")
+    return 1 if found.misnamed else 0
 
 
 def run_compare(args: argparse.Namespace) -> int:

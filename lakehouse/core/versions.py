@@ -145,9 +145,34 @@ def tag_of(folder_suffix: str) -> str:
 
 
 def is_versioned(location: str) -> bool:
-    """Whether a table's folder is a later version's: the catalog names such a table
-    only once it is live, by a swap."""
+    """Whether a table's folder is a later version's (it has a tag of its own)."""
     return bool(_SUFFIX.search(location.rstrip("/")))
+
+
+def part_of(name: str) -> str | None:
+    """The part whose versions hold the table `name`, None for a table of one version
+    (bronze's, `lakehouse check`'s): a part's own layer, and its results and progress
+    (`quality.gold_expectation_results`, `ops.silver_progress`). For code below the
+    pipeline's definitions, whose `VERSIONED` lists the same (a test holds them equal)."""
+    layer, table = name.split(".", 1)
+    return next((p for p in PARTS if layer == p or table.startswith(f"{p}_")), None)
+
+
+def lake_of(name: str, location: str) -> tuple[str, str] | None:
+    """(storage root, tag) of the folder `location` of table `name`
+    (`<root>/<layer>/<table><suffix>`); None for a folder laid out otherwise."""
+    folder = location.rstrip("/")
+    found = _SUFFIX.search(folder)
+    suffix = found.group(0) if found else ""
+    base, tail = folder.removesuffix(suffix), "/" + name.replace(".", "/", 1)
+    return (base.removesuffix(tail), tag_of(suffix)) if base.endswith(tail) else None
+
+
+def names(now: Versions, name: str, tag: str) -> bool:
+    """Whether the catalog's `name` belongs on version `tag` of its table: the live
+    version's, never a shadow's or one a swap retired."""
+    part = part_of(name)
+    return tag == (FIRST if part is None else now.live_tag(part))
 
 
 def folders(tables_of: Mapping[str, Sequence[str]], tags: Mapping[str, str]) -> dict[str, str]:

@@ -6,13 +6,16 @@ The versions themselves are `core/versions.py`; this module runs the commands on
 - `run` builds it from all of bronze and follows bronze, as `run all` minus bronze;
 - `where` says how far each version has read, and whether both read the same input;
 - `swap` makes it live: the versions' document first, which retires the old version's
-  writers after their batch; once they let go of its tables, the names in the catalog;
-- `drop` deletes the version beside the live one.
+  writers after their batch; once they let go of its tables, the names in the catalog.
+  Killed anywhere, it is finished by running it again, and until then `names_against`
+  says which names still disagree with the document;
+- `drop` deletes the version beside the live one, once no name points at it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -93,6 +96,8 @@ class Where:
     bronze_version: int
     records_behind: int
     seconds_behind: float
+    misnamed: tuple[Misnamed, ...] = ()
+    """The catalog's names that disagree with the versions (a swap not finished)."""
 
     @property
     def same_input(self) -> str | None:
@@ -127,6 +132,7 @@ class Where:
             "seconds_behind": self.seconds_behind,
             "same_input": self.same_input is None,
             "why_not": self.same_input,
+            "misnamed": [asdict(m) for m in self.misnamed],
         }
 
 
@@ -156,7 +162,75 @@ def where(spark: SparkSession, settings: Settings) -> Where:
         {pipeline.KAFKA_RECORDS: bronze},
     )  # fmt: skip
     seconds = max((lag.seconds for found in lags.values() for lag in found), default=0.0)
-    return Where(now, live_side, shadow_side, latest, records, seconds)
+    misnamed = tuple(names_against(spark, settings, now))
+    return Where(now, live_side, shadow_side, latest, records, seconds, misnamed)
+
+
+@dataclass(frozen=True)
+class Misnamed:
+    """A name of the catalog that disagrees with the lake's versions."""
+
+    name: str
+    points_at: str | None
+    should: str | None
+    """The live version's table; None where that version has not made it (yet)."""
+
+    def line(self) -> str:
+        should = self.should or "nothing (the live version has no such table yet)"
+        return f"{self.name} points at {self.points_at or 'nothing'}; the versions say {should}"
+
+
+def misnamed(
+    named: Mapping[str, str | None], live: Mapping[str, str | None], beside: Mapping[str, str]
+) -> list[Misnamed]:
+    """The names (name -> where the catalog points it, None: nowhere) that disagree with
+    the versions: a name points at its live version's table where there is one (`live`,
+    None where not made yet), and never at the version beside it (`beside`). A table the
+    live version has not made may be named elsewhere (another lake on the same catalog)."""
+
+    def wrong(name: str, at: str | None) -> bool:
+        if (should := live.get(name)) is not None:
+            return at is None or not catalog.same_place(at, should)
+        return at is not None and name in beside and catalog.same_place(at, beside[name])
+
+    return [Misnamed(n, at, live.get(n)) for n, at in sorted(named.items()) if wrong(n, at)]
+
+
+def names_against(
+    spark: SparkSession, settings: Settings, now: Versions | None = None
+) -> list[Misnamed]:
+    """The names of the versioned tables that disagree with the lake's versions `now`."""
+    now = now or stored.read(settings)
+    live = pipeline.at_tags(settings, now.tags(False)).storage
+    other = other_settings(settings, now).storage if now.other else live
+    tables = [t for p in versions.PARTS for t in pipeline.VERSIONED[p] if t in pipeline.TABLES]
+    named = {t: catalog.location_of(spark, t) for t in tables}
+    made = {
+        t: uri
+        for t in tables
+        if catalog.same_place(named[t] or "", uri := live.table_uri(t))
+        or catalog.is_delta(spark, uri)
+    }
+    beside = {t: other.table_uri(t) for t in tables if other.table_uri(t) != live.table_uri(t)}
+    return misnamed(named, {t: made.get(t) for t in tables}, beside)
+
+
+def misnamed_lines(found: Sequence[Misnamed], until: str) -> list[str]:
+    """The names against the versions as a person reads them: one line per name that
+    disagrees, under the command that points them as the versions say (`finishing`)."""
+    if not found:
+        return ["names: each as the lake's versions say"]
+    return [
+        f"names: {len(found)} disagree with the lake's versions, until {until}:",
+        *(f"  {m.line()}" for m in found),
+    ]
+
+
+def finishing(now: Versions) -> str:
+    """The command that points the names as the versions say."""
+    if now.state == versions.SWAPPED:
+        return "`lakehouse shadow swap`"
+    return "`lakehouse shadow swap --back`" if now.other else "`lakehouse catalog register`"
 
 
 def _side(spark: SparkSession, settings: Settings, tag: str) -> Side:
@@ -204,12 +278,15 @@ def swap(spark: SparkSession, settings: Settings, back: bool, wait_s: float) -> 
     name it in the catalog once the retired version's writers have let go of its tables."""
     before = stored.read(settings)
     done = versions.SHADOW if back else versions.SWAPPED
-    if before.state == done:  # the versions changed, the names perhaps not: name them
+    tables = [t for p in before.parts for t in pipeline.VERSIONED[p] if t in pipeline.TABLES]
+    if before.state == done:  # killed after the versions changed: finish naming
         now = before
     else:
-        now = stored.write(settings, before, versions.swap(before, back))
+        now = versions.swap(before, back)
+        if not back:  # going back, a table only the new version made loses its name
+            _refuse_unmade(spark, settings, before, now, tables)
+        now = stored.write(settings, before, now)
     retired, live = other_settings(settings, now), pipeline.at_tags(settings, now.tags(False))
-    tables = [t for part in now.parts for t in pipeline.VERSIONED[part] if t in pipeline.TABLES]
     if back:  # the version going back beside the live one is a shadow again: it goes on
         _name(spark, live, retired, now, tables)
         echo(f"shadow swap --back: {now.live_tag(now.parts[0])} answers to the names again")
@@ -237,18 +314,42 @@ def swap(spark: SparkSession, settings: Settings, back: bool, wait_s: float) -> 
     return now
 
 
+def _refuse_unmade(
+    spark: SparkSession, settings: Settings, before: Versions, after: Versions, tables: list[str]
+) -> None:
+    """Refused while the shadow lacks a table the live version has (a gold model that never
+    ran there): its name would stay on a version about to be retired, and then dropped."""
+    live, shadow = (pipeline.at_tags(settings, v.tags(False)).storage for v in (before, after))
+    if missing := [
+        t
+        for t in tables
+        if catalog.is_delta(spark, live.table_uri(t))
+        and not catalog.is_delta(spark, shadow.table_uri(t))
+    ]:
+        raise LakehouseError(
+            f"{after.live_tag(after.parts[0])} has no {', '.join(missing)}, which the live "
+            f"{before.live_tag(after.parts[0])} has: run the shadow until it makes them "
+            "(`lakehouse shadow status` says what never ran), then swap"
+        )
+
+
 def _name(
     spark: SparkSession, live: Settings, retired: Settings, now: Versions, tables: list[str]
 ) -> None:
-    """Point each name at the live version's table; name the other `<name>__<tag>`."""
+    """Name the other version's tables `<name>__<tag>`, then point each name at the live
+    version's table (or at nothing, where it has none): until the last name is pointed,
+    `names_against` names what is left, and running this again finishes it."""
     spark.conf.set("spark.databricks.delta.alterLocation.bypassSchemaCheck", "true")
     for table in tables:
-        location = live.storage.table_uri(table)
-        if catalog.is_delta(spark, location):
-            catalog.repoint(spark, table, location)
         old = retired.storage.table_uri(table)
         if catalog.is_delta(spark, old):
             catalog.register(spark, f"{table}__{now.other}", old)
+    for table in tables:
+        location, old = live.storage.table_uri(table), retired.storage.table_uri(table)
+        if catalog.is_delta(spark, location):
+            catalog.repoint(spark, table, location)
+        elif catalog.names(spark, table, old):
+            catalog.forget(spark, table)
     views = ((progress.VIEW, progress.progress_table), (store.RESULTS_VIEW, store.results_table))
     for view, spec_of in views:
         named = [spec_of(writer).name for writer in store.WRITERS]
@@ -269,6 +370,12 @@ def drop(spark: SparkSession, settings: Settings) -> Versions:
     names = [t for part in before.parts for t in pipeline.VERSIONED[part]]
     tables = [t for t in names if t in pipeline.TABLES]
     with lease.holding(other, tables, "lakehouse shadow drop", exclusive=True):
+        if held := [t for t in tables if catalog.names(spark, t, other.storage.table_uri(t))]:
+            raise LakehouseError(
+                f"{before.other}'s tables, which drop would delete, are still named "
+                f"{', '.join(held)}: {finishing(before)} points the names as the versions "
+                "say (`lakehouse shadow status` names each), then drop"
+            )
         for name in names:
             uri = (other.storage.table_uri if name in tables else other.storage.checkpoint_uri)(
                 name

@@ -11,7 +11,9 @@ the same whether the streams run or not:
 - how far each incremental reader is behind what it reads: the silver stream behind
   bronze, each gold model behind its inputs, in versions and in rows;
 - freshness: each table's newest Kafka timestamp or event time against the wall clock,
-  by the rules of `status.freshness`.
+  by the rules of `status.freshness`;
+- names: each of the catalog's names of silver and gold that does not point where the
+  lake's versions say (`lakehouse shadow swap` not finished), an error.
 The worst level found is the exit code: 0 all well, 1 a warning, 2 an error.
 """
 
@@ -30,8 +32,10 @@ from lakehouse.core.console import duration, size
 from lakehouse.core.settings import FreshnessRule, KafkaLagRule, Settings, StallRule
 from lakehouse.definitions import READERS, STREAMS
 from lakehouse.observe import progress
+from lakehouse.ops import shadow
 from lakehouse.services.kafka import record_times, watermarks
 from lakehouse.storage import catalog, delta, positions
+from lakehouse.storage import versions as stored
 from lakehouse.storage.positions import Reader
 
 Level = Literal["ok", "warn", "error"]
@@ -127,11 +131,15 @@ class PipelineStatus:
     freshness: list[Freshness] = field(default_factory=list)
     kafka_changes: list[dict[str, Any]] = field(default_factory=list)
     """Changes in Kafka an operator accepted (bronze.kafka_changes), the latest first."""
+    misnamed: list[shadow.Misnamed] = field(default_factory=list)
+    misnamed_until: str = ""
+    """The command that points the names as the lake's versions say."""
 
     @property
     def level(self) -> Level:
         found = [f.level for f in self.freshness] + (["error"] if self.kafka_error else [])
         found += [t.level for t in self.topics] + [s.level for s in self.stalls]
+        found += ["error"] if self.misnamed else []
         return max(found, key=LEVELS.index, default="ok")
 
     @property
@@ -178,6 +186,9 @@ def status(
     found.stalls = stalls(found.streams, waiting, rules.stalled)
     found.kafka_changes = kafka_changes.history(spark, settings)
     found.freshness = [freshness(spark, settings, rule, now) for rule in rules.freshness]
+    versions = stored.read(settings)
+    found.misnamed = shadow.names_against(spark, settings, versions)
+    found.misnamed_until = shadow.finishing(versions)
     return found
 
 
@@ -363,6 +374,7 @@ def lines(found: PipelineStatus, partitions: bool = False) -> list[str]:
             else f"{duration(f.age_seconds)} old ({f.column} {f.newest:%Y-%m-%d %H:%M:%S})"
         )
         out.append(f"  {f.level.upper():<5} {f.table:<24} {age}")
+    out += shadow.misnamed_lines(found.misnamed, found.misnamed_until)
     out.append(f"status: {found.level}")
     return out
 

@@ -31,11 +31,11 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.core import versions
 from lakehouse.core.console import echo
 from lakehouse.core.errors import first_line
 from lakehouse.core.tables import TableSpec
 from lakehouse.storage import catalog
+from lakehouse.storage import versions as stored
 
 T = TypeVar("T")
 
@@ -101,8 +101,7 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
         held = _properties(spark, location)
         if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
             spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
-    if not versions.is_versioned(location):  # a later version is named by its swap
-        catalog.register(spark, spec.name, location)
+    stored.name_if_live(spark, spec.name, location)
 
 
 def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:

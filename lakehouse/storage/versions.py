@@ -17,9 +17,13 @@ from typing import Any
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
+from pyspark.sql import SparkSession
+
+from lakehouse.core import versions
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings
 from lakehouse.core.versions import Versions
+from lakehouse.storage import catalog
 
 FOLDER = "_versions"
 
@@ -50,6 +54,43 @@ def read(settings: Settings) -> Versions:
     folder = _local(root)
     found = sorted(folder.glob("*.json")) if folder.is_dir() else []
     return Versions.of_json(json.loads(found[-1].read_text())) if found else Versions()
+
+
+def read_in(spark: SparkSession, root: str) -> Versions:
+    """`read` through Spark's own storage client, for code that has a session and a
+    table's location but not the settings (a table's create)."""
+    fs, folder = catalog.hadoop_fs(spark, f"{root}/{FOLDER}")
+    if not fs.exists(folder):
+        return Versions()
+    names = [n for s in fs.listStatus(folder) if (n := s.getPath().getName()).endswith(".json")]
+    if not (kept := [n for n in names if not n.startswith(".")]):  # a local draft
+        return Versions()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    stream = fs.open(jvm.org.apache.hadoop.fs.Path(f"{root}/{FOLDER}/{max(kept)}"))
+    try:
+        return Versions.of_json(
+            json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        )
+    finally:
+        stream.close()
+
+
+def name_if_live(spark: SparkSession, name: str, location: str) -> None:
+    """Make the catalog's `name` name the table at `location` if that is the live
+    version's, by the lake's versions as they stand now: a shadow's table is named by its
+    swap, and a retired version's writer, still in its last turn after a swap, must not
+    take the name back from the live one."""
+    if not catalog.names(spark, name, location) and _live(spark, name, location):
+        catalog.register(spark, name, location)
+
+
+def _live(spark: SparkSession, name: str, location: str) -> bool:
+    lake = versions.lake_of(name, location)
+    if lake is None or versions.part_of(name) is None:
+        return True  # a table of one version, or not in a lake's layout: always its own
+    root, tag = lake
+    return versions.names(read_in(spark, root), name, tag)
 
 
 def write(settings: Settings, read_before: Versions, changed: Versions) -> Versions:

@@ -19,8 +19,9 @@ from pyspark.sql import SparkSession
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
-from lakehouse.core.settings import StorageSettings, load_settings
-from lakehouse.definitions import MODELS, at_versions
+from lakehouse.core.errors import LakehouseError
+from lakehouse.core.settings import Settings, StorageSettings, load_settings
+from lakehouse.definitions import MODELS, TABLES, VERSIONED, at_versions
 from lakehouse.gameday import reconcile, reference
 from lakehouse.gameday.faults import (
     Moment,
@@ -37,7 +38,7 @@ from lakehouse.ops.shadow_compare import compare
 from lakehouse.runtime.incremental import run_models
 from lakehouse.runtime.streams import checkpoint_format
 from lakehouse.services.s3 import EmbeddedS3
-from lakehouse.storage import catalog
+from lakehouse.storage import catalog, delta
 from lakehouse.storage.buckets import bucket_and_prefix
 from lakehouse.storage.lease import TableLease
 from silver import reconstruct
@@ -315,6 +316,11 @@ SWAP_NAMING = Moment(
     r"^PUT /\S+/_leases/silver\.row_changes/",
     after=r"^PUT /\S+/_versions/\d+\.json$",
 )
+SWAP_HALF_NAMED = Moment(
+    "the swap run again, once it pointed silver's names and none of gold's",
+    r"^\S+ \S*gold(/|%2F)sensor_hourly__v2",  # gold's first table, after all of silver's
+    after=r"^PUT /\S+/_leases/",
+)
 
 
 def test_a_shadow_killed_in_its_catch_up_and_a_swap_killed_half_way_lose_and_double_nothing(
@@ -337,6 +343,10 @@ def test_a_shadow_killed_in_its_catch_up_and_a_swap_killed_half_way_lose_and_dou
     reconstruct.run(spark, settings)  # the live version, in this process's Spark
     run_models(spark, settings.storage, MODELS)
     shadow.start(settings, "silver")  # of the same code: it must compare equal
+    with pytest.raises(
+        LakehouseError, match=r"^v2 has no silver\.row_changes, .*gold\.sensor_hourly"
+    ):
+        shadow.swap(spark, settings, back=False, wait_s=0)  # its names would stay on v1
 
     code, _ = run_struck(("shadow", "run"), env, server, SHADOW_CATCH_UP, kill_job,
                          tmp_path / "shadow.log")  # fmt: skip
@@ -345,17 +355,47 @@ def test_a_shadow_killed_in_its_catch_up_and_a_swap_killed_half_way_lose_and_dou
     shadow.run_shadow(spark, at_versions(settings, shadow=True), False, {"command": "shadow run"})
     assert compare(spark, settings).equal
 
-    code, _ = run_struck(("shadow", "swap"), env, server, SWAP_NAMING, kill_job,
-                         tmp_path / "swap.log")  # fmt: skip
-    assert code == -9, f"the swap ended before it was killed ({code})"
-    wait_leases_expired(s3_of(server), root)
-    shadow.swap(spark, settings, back=False, wait_s=60)  # run again: it names the new tables
-    live = at_versions(settings)
-    assert live.storage.table_uri("silver.sessions").endswith("sessions__v2")
-    assert catalog.same_place(catalog.location_of(spark, "silver.sessions") or "",
-                              live.storage.table_uri("silver.sessions"))  # fmt: skip
+    live = swap_killed_at_each_step_then_finished(spark, env, server, tmp_path)
 
     write_bronze(spark, f"{root}/{BRONZE}", records[half:], 2, rng)
     reconstruct.run(spark, live)  # the new live version goes on from its own checkpoint
     expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
     assert_matches(silver_tables(spark, live), expected)
+
+
+def swap_killed_at_each_step_then_finished(
+    spark: SparkSession, env: dict[str, str], server: EmbeddedS3, tmp_path: Path
+) -> Settings:
+    """Each kill leaves `shadow status` naming the names not yet on v2 and `drop` of v1
+    refused; the swap run again points every name at v2, where a late create of the
+    retired v1 leaves it. The live settings."""
+    settings, root = load_settings("local", environ=env), env["LAKEHOUSE__STORAGE__ROOT"]
+    old, new = at_versions(settings).storage, at_versions(settings, shadow=True).storage
+    made = [  # in the swap's order, silver's then gold's: a kill half way names the first
+        t
+        for t in (*VERSIONED["silver"], *VERSIONED["gold"])
+        if t in TABLES and catalog.is_delta(spark, new.table_uri(t))
+    ]
+    made_old = {t for t in made if catalog.is_delta(spark, old.table_uri(t))}
+    for moment, still_old in (
+        (SWAP_NAMING, made),
+        (SWAP_HALF_NAMED, made[made.index("gold.sensor_hourly") :]),
+    ):
+        code, _ = run_struck(("shadow", "swap"), env, server, moment, kill_job,
+                             tmp_path / "swap.log")  # fmt: skip
+        assert code == -9, f"{moment.name}: the swap ended before it was killed ({code})"
+        wait_leases_expired(s3_of(server), root)
+        misnamed = shadow.where(spark, settings).misnamed  # what `shadow status` says
+        assert [(m.name, m.should) for m in misnamed] == [
+            (t, new.table_uri(t)) for t in sorted(still_old)
+        ], moment.name
+        assert all(m.points_at == old.table_uri(m.name) for m in misnamed if m.name in made_old)
+        with pytest.raises(
+            LakehouseError, match=r"^v1's tables, which drop would delete, are still named gold"
+        ):
+            shadow.drop(spark, settings)
+    shadow.swap(spark, settings, back=False, wait_s=60)  # run again: it names the new tables
+    assert shadow.names_against(spark, settings) == []
+    delta.create(spark, TABLES["gold.session_summary"], old.table_uri("gold.session_summary"))
+    assert {t: catalog.location_of(spark, t) for t in made} == {t: new.table_uri(t) for t in made}
+    return at_versions(settings)

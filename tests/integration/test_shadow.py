@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from lakehouse import PROJECT_ROOT
 from lakehouse.core.settings import Settings
-from lakehouse.definitions import at_tags, at_versions
+from lakehouse.definitions import TABLES, at_tags, at_versions
 from lakehouse.gameday import reconcile, reference
 from lakehouse.ops import shadow
 from lakehouse.ops.producer import TrafficSpec, generate_traffic, produce
@@ -85,6 +85,10 @@ def test_a_shadow_with_another_timeout_is_compared_swapped_in_under_traffic_and_
     assert [job.returncode for job in (live, built)] == [0, 0], [o[-3000:] for o in outputs]
     assert not foreign_lines(outputs[0] + outputs[1])
     assert "silver: version v1 retired (v2 is live): stopping after its batch" in outputs[0]
+    assert shadow.names_against(spark, settings) == []  # v1's late turns took no name back
+    late = TABLES["gold.session_summary"]  # ... nor does one more, of v1's gold
+    delta.create(spark, late, old.storage.table_uri(late.name))
+    assert catalog.names(spark, late.name, at_versions(settings).storage.table_uri(late.name))
 
     assert_once_as_the_shadows_timeout_says(spark, settings, kafka_bootstrap, sent, opened)
     assert {name: latest(spark, old, name) for name in retired} == retired  # left as it was

@@ -74,3 +74,30 @@ def test_only_later_versions_have_folders_of_their_own() -> None:
     assert versions.is_versioned("file:///lake/silver/sessions__v12/")
     assert not versions.is_versioned("file:///lake/silver/sessions")
     assert not versions.is_versioned("file:///lake/silver/sessions__v0")
+
+
+def test_a_name_belongs_on_its_parts_live_version_only() -> None:
+    shadow = versions.start(Versions(), "silver")
+    swapped = versions.swap(shadow)
+    gold_again = versions.swap(versions.start(versions.drop(swapped), "gold"))  # gold v3
+    # (table, tag of the writer's folder) -> may name it: beside the shadow, after the
+    # swap, after gold's own swap (silver stays at v2, v2's gold retired)
+    may_name = {
+        ("silver.sessions", "v1"): [True, False, False],
+        ("silver.sessions", "v2"): [False, True, True],
+        ("gold.session_summary", "v1"): [True, False, False],
+        ("gold.session_summary", "v2"): [False, True, False],
+        ("ops.gold_progress", "v3"): [False, False, True],
+        ("bronze.sensor_records", "v1"): [True, True, True],
+    }
+    for (name, tag), expected in may_name.items():
+        found = [versions.names(v, name, tag) for v in (shadow, swapped, gold_again)]
+        assert found == expected, (name, tag)
+
+
+def test_a_tables_folder_gives_its_lakes_root_and_its_versions_tag() -> None:
+    assert versions.lake_of("gold.x", "s3a://b/lake/gold/x__v3/") == ("s3a://b/lake", "v3")
+    assert versions.lake_of("gold.x", "file:///lake/gold/x") == ("file:///lake", "v1")
+    assert versions.lake_of("gold.x", "file:///lake/gold/y") is None
+    assert versions.part_of("quality.silver_expectation_results") == "silver"
+    assert versions.part_of("quality.bronze_expectation_results") is None

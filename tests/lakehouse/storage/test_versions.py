@@ -10,7 +10,7 @@ import pytest
 from lakehouse.core import versions
 from lakehouse.core.errors import LakehouseError, SettingsError
 from lakehouse.core.settings import load_settings
-from lakehouse.definitions import VERSIONED, at_versions
+from lakehouse.definitions import TABLES, VERSIONED, at_versions
 from lakehouse.storage import versions as stored
 from tests.support import overrides
 
@@ -45,3 +45,9 @@ def test_the_versions_a_command_works_on_are_the_lakes_not_a_setting(tmp_path: P
     (conf / "local.yaml").write_text("{}\n")
     with pytest.raises(SettingsError, match=r"unknown key 'storage\.versions'"):
         load_settings("local", environ={"LAKEHOUSE_CONF_DIR": str(conf)})
+
+
+def test_code_below_the_definitions_finds_a_tables_part_as_the_definitions_list_it() -> None:
+    for name in {*TABLES, *(n for names in VERSIONED.values() for n in names)}:
+        listed = [part for part, names in VERSIONED.items() if name in names]
+        assert versions.part_of(name) == (listed[0] if listed else None), name
