@@ -4,8 +4,9 @@ pipeline's recovery, and a verdict per step from reconciling every layer.
 A step sends its own traffic (the generator's, its seed the step's number), strikes, waits
 until the pipeline has caught up by itself (or after the operator's documented command,
 which the step runs and names), then reconciles Kafka ↔ bronze (each record once, byte for
-byte, but those an operator accepted as lost), bronze ↔ silver (the reference session
-machine over what was sent) and silver ↔ gold (gold computed again with pandas)."""
+byte, but those Kafka's broker no longer has), bronze ↔ silver (the reference session
+machine over what was sent, by key and value) and silver ↔ gold (gold computed with
+pandas from that reference)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ class Tally:
     doubled: int = 0
     altered: int = 0
     accepted: int = 0
-    """Records lost from Kafka before bronze read them, named and accepted by an operator."""
+    """Records Kafka itself lost before bronze read them (below its broker's log-start
+    offset), which the operator accepted."""
     examples: tuple[str, ...] = ()
 
     @property
@@ -52,7 +53,7 @@ def kafka_vs_bronze(
     accepted: Iterable[Loss] = (),
 ) -> Tally:
     """Every record sent once in bronze (its table or its quarantine), byte for byte, but
-    those in an `accepted` loss: (topic, partition, from offset, to offset) half-open."""
+    those Kafka lost (`accepted`: (topic, partition, from offset, to offset) half-open)."""
     ranges = list(accepted)
     expected = {r[:3]: r for r in sent}
     counts = Counter(r[:3] for r in held)
@@ -76,7 +77,7 @@ def kafka_vs_bronze(
 
 
 def forgiven(record: KafkaRecord, losses: Sequence[Loss]) -> bool:
-    """Whether `record` is in a loss an operator accepted."""
+    """Whether `record` is in one of Kafka's `losses`."""
     topic, partition, offset = record[:3]
     return any((t, p) == (topic, partition) and a <= offset < b for t, p, a, b in losses)
 
