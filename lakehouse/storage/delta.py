@@ -7,8 +7,10 @@ makes Delta skip the replay, which is what makes the sinks exactly-once.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.core.console import echo
-from lakehouse.core.errors import first_line
+from lakehouse.core.errors import LakehouseError, first_line
 from lakehouse.core.tables import TableSpec
 from lakehouse.storage import catalog
 from lakehouse.storage import versions as stored
@@ -89,19 +91,78 @@ def create(spark: SparkSession, spec: TableSpec, location: str) -> None:
     """
     properties = spec.table_properties
     if not catalog.is_delta(spark, location):
-        # SQL rather than DeltaTable.createIfNotExists: the builder compares `file:///x`
-        # with its own `file:/x` and refuses a path table on local disk as ambiguous.
-        clauses = f" CLUSTER BY ({', '.join(spec.cluster_by)})" if spec.cluster_by else ""
-        if properties:
-            clauses += f" TBLPROPERTIES ({_pairs(properties)})"
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({spec.columns}) USING delta{clauses}"
-        )
+        _create_table(spark, spec, location)
+        if not has_commit(spark, location):
+            _first_commit_aside(spark, spec, location)
+        if not has_commit(spark, location):
+            raise LakehouseError(
+                f"{spec.name}: creating the table at {location} left no commit in its "
+                "_delta_log folder"
+            )
     else:
         held = _properties(spark, location)
         if missing := {k: v for k, v in properties.items() if held.get(k) != v}:
             spark.sql(f"ALTER TABLE delta.`{location}` SET TBLPROPERTIES ({_pairs(missing)})")
     stored.name_if_live(spark, spec.name, location)
+
+
+def _create_table(spark: SparkSession, spec: TableSpec, location: str) -> None:
+    # SQL rather than DeltaTable.createIfNotExists: the builder compares `file:///x`
+    # with its own `file:/x` and refuses a path table on local disk as ambiguous.
+    clauses = f" CLUSTER BY ({', '.join(spec.cluster_by)})" if spec.cluster_by else ""
+    if properties := spec.table_properties:
+        clauses += f" TBLPROPERTIES ({_pairs(properties)})"
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS delta.`{location}` ({spec.columns}) USING delta{clauses}"
+    )
+
+
+def _first_commit_aside(spark: SparkSession, spec: TableSpec, location: str) -> None:
+    """Make the table's first commit in a new folder and write it into `location`'s log.
+
+    For a folder that lists something but holds no commit (a create killed between Delta
+    making `_delta_log/_staged_commits` and writing the commit, or a folder emptied on
+    SeaweedFS, which lists it on): Delta's catalog calls it a table and skips the CREATE,
+    and Delta's create refuses a folder that lists anything. A path write would make the
+    table without its NOT NULL columns and clustering; the commit made aside is the CREATE's
+    own, and Delta's log store writes it as it writes any commit."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path, log = jvm.org.apache.hadoop.fs.Path, jvm.org.apache.spark.sql.delta.DeltaLog
+    parent, table = location.rstrip("/").rsplit("/", 1)
+    # A hidden folder beside it (`_`: no table of the lake), new each time: one a crash
+    # left behind may still list on SeaweedFS, and Delta's catalog would skip it too.
+    aside = f"{parent}/_creating-{table}-{uuid.uuid4().hex}"
+    fs, folder = catalog.hadoop_fs(spark, aside)
+    try:
+        _create_table(spark, spec, aside)
+        store = log.forTable(spark._jsparkSession, aside).store()
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        fs.mkdirs(path(f"{location}/_delta_log"))  # the log store makes no folder
+        for name in (f"{0:020d}.json", f"{0:020d}.crc"):  # the commit first, then its sums
+            made = path(f"{aside}/_delta_log/{name}")
+            if fs.exists(made):
+                target = path(f"{location}/_delta_log/{name}")
+                store.write(target, store.read(made, conf).iterator(), False, conf)
+    finally:
+        fs.delete(folder, True)
+        log.invalidateCache(spark._jsparkSession, path(aside))
+    log.invalidateCache(spark._jsparkSession, path(location))  # its cached log saw no table
+
+
+def has_commit(spark: SparkSession, location: str) -> bool:
+    """Whether the log at `location` lists a commit or a checkpoint: a table, whatever
+    else its folder lists (Delta's catalog calls any folder that lists anything a table)."""
+    fs, log = catalog.hadoop_fs(spark, f"{location}/_delta_log")
+    if not fs.exists(log):
+        return False
+    return any(_COMMIT.fullmatch(s.getPath().getName()) for s in fs.listStatus(log))
+
+
+_COMMIT = re.compile(
+    r"\d{20}\.(json|checkpoint(\.\d+\.\d+)?\.parquet|checkpoint\.[^.]+\.(json|parquet))"
+)
+"""Delta's names of a commit and of a checkpoint (`FileNames` in Delta's source)."""
 
 
 def create_all(spark: SparkSession, tables: Mapping[str, TableSpec]) -> None:

@@ -21,7 +21,7 @@ from lakehouse.core.settings import load_settings
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.services.kafka import EmbeddedKafka, client_options
-from lakehouse.storage import positions
+from lakehouse.storage import delta, positions
 from silver.parsing import keyed_records
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
@@ -304,6 +304,20 @@ def test_a_rebuild_of_bronze_replaces_it_and_silver_rebuilds_itself_after(
     assert sorted(bronze_rows(spark, path)) == bronze
     reconstruct.run(spark, settings)  # finds bronze replaced under it
     assert silver_tables(spark, settings) == silver
+
+
+def test_a_table_folder_left_without_its_first_commit_becomes_the_table_on_the_next_run(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = settings_for(tmp_path, "127.0.0.1:1", "unused.").storage.table_uri(sensor_records.NAME)
+    # What a job killed inside Delta's create leaves: the log's folders, no commit in them.
+    (Path(path.removeprefix("file://")) / "_delta_log" / "_staged_commits").mkdir(parents=True)
+
+    delta.create(spark, sensor_records.TABLE, path)  # what bronze's run does first
+
+    table = spark.read.format("delta").load(path)
+    assert table.schema == spark.createDataFrame([], sensor_records.TABLE.columns).schema
+    assert table.count() == 0
 
 
 KAFKA_PASSWORD = 'a "quoted" pass\\word\'s'

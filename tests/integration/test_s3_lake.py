@@ -1,5 +1,6 @@
 """Tables on a real S3 server: streams that compact their own tables while writing give
-the same answers as on local disk, and one writer per table. The whole pipeline on S3
+the same answers as on local disk, one writer per table, and a table's folder left without
+its first commit made the table. The whole pipeline on S3
 against local disk is `test_cluster.py`'s, on the cluster it needs anyway."""
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from pyspark.testing import assertDataFrameEqual
 
 from bronze import sensor_records
 from lakehouse import PROJECT_ROOT
+from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings, load_settings
-from lakehouse.definitions import STREAMS, run_stream
+from lakehouse.definitions import MODELS, STREAMS, run_stream
 from lakehouse.ops.producer import produce
 from lakehouse.services.s3 import EmbeddedS3
-from silver import reconstruct
+from lakehouse.storage import catalog, delta
+from silver import reconstruct, violations
 from tests.support import lakehouse_command, run_lakehouse, settings_for, start_lakehouse
 from tests.support.s3 import (
     COMPARED,
@@ -82,6 +85,57 @@ def test_lakehouse_storage_init_refuses_a_bucket_it_cannot_reach(
         .splitlines()[-1]
         .startswith("lakehouse: error: cannot reach bucket lake: ")
     )
+
+
+def test_table_folders_left_without_a_first_commit_on_s3_become_the_tables_on_the_next_run(
+    spark: SparkSession, s3: EmbeddedS3, tmp_path: Path
+) -> None:
+    staged, emptied = _folders_without_a_commit(spark, s3, tmp_path)
+
+    summary = next(m.table for m in MODELS if m.name == "gold.session_summary")  # clustered
+    for spec, location in ((summary, staged), (violations.TABLE, emptied)):
+        delta.create(spark, spec, location)
+
+        # The table its CREATE makes on a new folder: NOT NULL, comments, clustering and all.
+        table = spark.read.format("delta").load(location)
+        assert table.schema == spark.createDataFrame([], spec.columns).schema
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{location}`").first()
+        assert detail is not None
+        assert tuple(detail["clusteringColumns"]) == spec.cluster_by
+        assert spec.table_properties.items() <= detail["properties"].items()
+
+
+def test_a_create_that_leaves_no_commit_fails_in_one_line_naming_the_folder(
+    spark: SparkSession, s3: EmbeddedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, emptied = _folders_without_a_commit(spark, s3, tmp_path)
+    monkeypatch.setattr(delta, "_first_commit_aside", lambda *_: None)  # Delta's CREATE alone
+
+    with pytest.raises(LakehouseError) as refused:
+        delta.create(spark, violations.TABLE, emptied)
+
+    assert str(refused.value) == (
+        f"silver.violations: creating the table at {emptied} left no commit in its "
+        "_delta_log folder"
+    )
+
+
+def _folders_without_a_commit(
+    spark: SparkSession, server: EmbeddedS3, tmp_path: Path
+) -> tuple[str, str]:
+    """Two table folders with no commit: what a job killed inside Delta's create leaves
+    (`_delta_log/_staged_commits`), and that cleared by hand, which SeaweedFS lists on.
+    Later versions' folders, as the shadow makes them: no name points at them, so nothing
+    but their own log says whether they are tables."""
+    use_s3(spark, server)
+    root = f"s3a://lake/{tmp_path.parent.name}/{tmp_path.name}"
+    staged, emptied = f"{root}/gold/session_summary__v2", f"{root}/silver/violations__v2"
+    for location in (staged, emptied):
+        fs, folder = catalog.hadoop_fs(spark, f"{location}/_delta_log/_staged_commits")
+        fs.mkdirs(folder)
+    fs, log = catalog.hadoop_fs(spark, f"{emptied}/_delta_log")
+    fs.delete(log, True)
+    return staged, emptied
 
 
 def test_streams_compact_their_own_tables_and_outlive_an_outage_on_s3_every_table_exact(
