@@ -1,7 +1,7 @@
 """Tables on a real S3 server: streams that compact their own tables while writing give
 the same answers as on local disk, one writer per table, and a table's folder left without
-its first commit made the table. The whole pipeline on S3
-against local disk is `test_cluster.py`'s, on the cluster it needs anyway."""
+its first commit made the table. The whole pipeline on S3 against local disk is
+`test_cluster.py`'s, on the cluster it needs anyway."""
 
 from __future__ import annotations
 
