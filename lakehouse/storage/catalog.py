@@ -57,11 +57,19 @@ def register(
 def repoint(spark: SparkSession, name: str, location: str) -> None:
     """Point `name` at the Delta table at `location` in one change of the catalog, which
     readers see at once (a name that does not exist yet is made)."""
-    if location_of(spark, name) is None:
-        register(spark, name, location)
-        return
-    with _DDL:
-        spark.sql(f"ALTER TABLE {name} SET LOCATION '{location}'")
+    for attempt in range(_ATTEMPTS):
+        if location_of(spark, name) is None:
+            register(spark, name, location)
+            return
+        with _DDL:
+            try:
+                spark.sql(f"ALTER TABLE {name} SET LOCATION '{location}'")
+                return
+            except AnalysisException as error:
+                # The new live version's writer named its table between our look and the
+                # change (a swap's names race its first turn): look again.
+                if error.getCondition() not in _RACES or attempt == _ATTEMPTS - 1:
+                    raise
 
 
 def forget(spark: SparkSession, name: str) -> None:
