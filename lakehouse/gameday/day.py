@@ -173,7 +173,9 @@ class Day:
         )
         kept = [r for r in self.sent.values() if not reconcile.forgiven(r, lost)]
         kept = [r for r in kept if reference.reaches_silver(r[3], r[4])]
-        expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
+        expected = reference.reconstruct(
+            [(t, p, o, v) for t, p, o, _, v, _ in kept], self.space.prefix
+        )
         silver = reconcile.silver_vs_reference(lake.silver_found(self.spark, settings), expected)
         return [bronze, silver, lake.gold_tally(self.spark, settings, expected)]
 

@@ -83,10 +83,9 @@ def session_of(value: bytes) -> str | None:
     return body.get("session_id") if isinstance(body, dict) else None
 
 
-def sensor_of(topic: str) -> str:
-    """The sensor a topic names: topics are `<prefix><sensor>`, the prefix ending in a dot
-    and the sensor id without one (as `lakehouse produce` names them)."""
-    return topic.rsplit(".", 1)[-1]
+def sensor_of(topic: str, topic_prefix: str) -> str:
+    """The sensor a topic names: what follows the prefix (the whole topic without it)."""
+    return topic.removeprefix(topic_prefix)
 
 
 def micros(event_time: str) -> int:
@@ -102,8 +101,9 @@ def _unkeyed_reason(value: bytes) -> str:
         return "unparsable"
 
 
-def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
-    """records: (topic, partition, offset, value) in any order."""
+def reconstruct(records: list[tuple[str, int, int, bytes]], topic_prefix: str) -> Expected:
+    """records: (topic, partition, offset, value) in any order, of topics named
+    `<topic_prefix><sensor>` (`kafka.topic_prefix`)."""
     expected = Expected()
     by_session: dict[Session | None, list[tuple[str, int, int, bytes]]] = defaultdict(list)
     for record in records:
@@ -113,11 +113,14 @@ def reconstruct(records: list[tuple[str, int, int, bytes]]) -> Expected:
         expected.violations.append(((None, _unkeyed_reason(value), topic, partition, offset), ()))
     for session, items in by_session.items():
         assert session is not None  # the unnamed were popped above
-        _replay(session, sorted(items, key=lambda r: (r[1], r[2])), expected)
+        sensor = sensor_of(session[0], topic_prefix)
+        _replay(session, sensor, sorted(items, key=lambda r: (r[1], r[2])), expected)
     return expected
 
 
-def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected: Expected) -> None:
+def _replay(
+    session: Session, sensor: str, items: list[tuple[str, int, int, bytes]], expected: Expected
+) -> None:
     table: dict[str, tuple[Any, ...]] = {}
     first_seq: int | None = None
     last_seq: int | None = None
@@ -126,7 +129,7 @@ def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected
     times: list[int] = []  # the event times readable, in Kafka order
 
     def change(row: str, op: str, seq: int, values: tuple[Any, ...], m: dict[str, Any]) -> None:
-        at = (*values, m["sensor_id"], micros(m["event_time"]), *lineage)
+        at = (*values, sensor, micros(m["event_time"]), *lineage)
         expected.changes.append(((session, row, op, seq), at))
 
     for topic, partition, offset, value in items:
@@ -145,6 +148,7 @@ def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected
         assert m is not None
         seq, kind = m["seq"], m.get("kind")
         status = "open" if status == "broken" else status
+        updates += kind == "update"
         first_seq = seq if first_seq is None else first_seq
         last_seq = seq if last_seq is None else max(last_seq, seq)
         if kind == "snapshot":
@@ -158,20 +162,16 @@ def _replay(session: Session, items: list[tuple[str, int, int, bytes]], expected
         elif kind == "update" and m["op"] == "delete":
             del table[m["row_id"]]
             change(m["row_id"], "delete", seq, (None,) * len(ROW_FIELDS), m)
-            updates += 1
         elif kind == "update":
-            row = m["row"]["row_id"]
-            op = "update" if row in table else "insert"
-            values = tuple(m["row"]["values"][f] for f in ROW_FIELDS)
+            row, values = m["row"]["row_id"], tuple(m["row"]["values"][f] for f in ROW_FIELDS)
+            change(row, "update" if row in table else "insert", seq, values, m)
             table[row] = (*values, seq, *lineage)
-            change(row, op, seq, values, m)
-            updates += 1
         else:
             status = "closed"
     (t0, p0, o0, _), (t1, p1, o1, _) = items[0], items[-1]
     first, last = (t0, p0, o0), (t1, p1, o1)
     summary = SessionSummary(
-        sensor_of(session[0]), status, first_seq, last_seq, len(items), snapshots, updates,
+        sensor, status, first_seq, last_seq, len(items), snapshots, updates,
         rejected, gaps, len(table), times[0] if times else None, times[-1] if times else None,
         first, last,
     )  # fmt: skip

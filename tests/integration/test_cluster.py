@@ -178,5 +178,7 @@ def test_a_worker_killed_mid_batch_is_replaced_by_another_executor_and_silver_st
     assert job.returncode == 0, errors[-3000:]
     spark_log = spark_log_of(errors, job.pid)
     assert "Lost executor 0" in spark_log, spark_log[-3000:]  # the kill did take its executor
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix
+    )
     assert_matches(silver_tables(spark, s), expected)

@@ -222,7 +222,7 @@ def test_compaction_while_bronze_and_silver_streams_write_fails_neither(
     reconstruct.run(spark, replace(s, quality=replace(s.quality, validate_streams=False)))
     admitted = spark.read.format("delta").load(bronze).collect()
     expected_silver = reference.reconstruct(
-        [(r.topic, r.partition, r.offset, bytes(r.value)) for r in admitted]
+        [(r.topic, r.partition, r.offset, bytes(r.value)) for r in admitted], s.kafka.topic_prefix
     )
     assert_matches(silver_tables(spark, s), expected_silver)
 

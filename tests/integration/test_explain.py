@@ -131,7 +131,7 @@ def test_explain_tells_what_kafka_holds_and_how_silver_rebuilt_it(
     assert kafka["held_twice"] == kafka["missing"] == []
     # silver, against a reconstruction of its own from the records bronze kept
     sent = [(t, p, o, v) for t, p, o, key, v in mine if key is not None]
-    expected = reconstruct(sent)
+    expected = reconstruct(sent, PREFIX)
     summary = dict(expected.sessions)[(sent[0][0], session)]
     row = e["session_row"]
     assert (row["status"], row["records"], row["rejected"], e["rows_now"]) == (

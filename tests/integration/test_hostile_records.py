@@ -125,7 +125,9 @@ def test_no_hostile_record_stops_silver_or_gold(
     assert not set(found_violations) & clean_lineages
 
     clean_sessions = {(r[0], reference.session_of(r[4])) for r in clean}
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in clean])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in clean], s.kafka.topic_prefix
+    )
     assert_matches(only(silver_tables(spark, s), clean_sessions), expected)
 
     run_models(spark, s.storage, MODELS)

@@ -85,7 +85,10 @@ def test_two_sensors_that_number_their_sessions_alike_keep_two_sessions(
     reconstruct.run(spark, s)
 
     found = silver_tables(spark, s)
-    assert_matches(found, reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records]))
+    assert_matches(
+        found,
+        reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix),
+    )
     assert not found.violations
     sessions = Counter(r.session_id for r in table(spark, s, "silver.sessions"))
     assert set(sessions.values()) == {2} and len(sessions) == 3  # three ids, two sensors each
@@ -113,7 +116,10 @@ def test_a_pipeline_stopped_longer_than_the_timeout_changes_no_answer(
 
     assert stats.batches >= 4
     found = silver_tables(spark, s)
-    assert_matches(found, reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records]))
+    assert_matches(
+        found,
+        reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix),
+    )
     assert not found.violations
     assert {r.status for r in table(spark, s, "silver.sessions")} == {"closed"}
     before = sorted(_without_batch_ids(table(spark, s, "silver.sessions")))
@@ -200,7 +206,9 @@ def test_a_flood_of_sessions_without_a_snapshot_is_held_within_its_bound(
     assert held.where(~F.col("has_snapshot")).count() == 50
     assert held.count() == 50 + 2
     clean_sessions = {(r[0], reference.session_of(r[4])) for r in clean}
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in clean])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in clean], s.kafka.topic_prefix
+    )
     assert_matches(only(silver_tables(spark, s), clean_sessions), expected)
 
 
@@ -213,7 +221,9 @@ def test_a_rebuild_replaces_silver_and_gold_follows_in_full(
     write_bronze(spark, s.storage.table_uri("bronze.sensor_records"), records, 3, random.Random(7))
     reconstruct.run(spark, s)
     run_models(spark, s.storage, MODELS)
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix
+    )
     counts = {name: len(table(spark, s, name)) for name in reconstruct.WRITES if "silver." in name}
 
     reconstruct.run(spark, s, StreamRun(full_refresh=True))

@@ -135,7 +135,7 @@ def assert_once_as_the_shadows_timeout_says(
     rows = as_tuples(bronze.collect()) + as_tuples(quarantined_rows(spark, settings.storage))
     assert reconcile.kafka_vs_bronze(records, rows).ok
     kept = sorted(r for r in records if reference.reaches_silver(r[3], r[4]))
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept])
+    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v, _ in kept], PREFIX)
     expected.sessions = [
         (key, s._replace(status="expired") if (s.sensor_id, key[1]) in opened else s)
         for key, s in expected.sessions

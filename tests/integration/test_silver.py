@@ -83,7 +83,9 @@ def silver_equals_the_reference(
 
     reconstruct.run(spark, s)
 
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix
+    )
     assert_matches(silver_tables(spark, s), expected)
     # Each row change names the batch that wrote it: the checkpoint's first read the first
     # commit (its records may still change rows later, after a gap), later ones the rest.
@@ -137,7 +139,9 @@ def test_a_new_checkpoint_reads_bronze_in_kafka_order_whatever_the_age_of_its_fi
 
     reconstruct.run(spark, s)
 
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix
+    )
     assert_matches(silver_tables(spark, s), expected)
 
 
@@ -183,7 +187,7 @@ def test_faults_from_the_broker_become_violations_by_reason(
     bronze = spark.read.format("delta").load(s.storage.table_uri("bronze.sensor_records"))
     admitted = [(r.topic, r.partition, r.offset, bytes(r.value)) for r in bronze.collect()]
     assert len(admitted) == len(consume_all(kafka_bootstrap, prefix)) - 2
-    assert_matches(silver_tables(spark, s), reference.reconstruct(admitted))
+    assert_matches(silver_tables(spark, s), reference.reconstruct(admitted, s.kafka.topic_prefix))
 
 
 def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
@@ -220,7 +224,9 @@ def test_a_checkpoint_of_an_older_state_version_is_refused_with_one_line(
     assert f"state older than version {STATE_VERSION}" in str(refused.value)
     assert "lakehouse run silver --full-refresh" in str(refused.value)
     reconstruct.run(spark, s, StreamRun(full_refresh=True))
-    expected = reference.reconstruct([(t, p, o, v) for t, p, o, _, v in records])
+    expected = reference.reconstruct(
+        [(t, p, o, v) for t, p, o, _, v in records], s.kafka.topic_prefix
+    )
     assert_matches(silver_tables(spark, s), expected)
     # The rebuilt checkpoint notes its layout: code of the next one refuses it, naming the
     # way that keeps the live version answering (docs/operations.md).

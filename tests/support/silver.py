@@ -14,7 +14,17 @@ silver_tables = lake.silver_found
 def assert_matches(found: reference.Expected, expected: reference.Expected) -> None:
     """Silver equal to the reference, judged as game day judges it."""
     tally = reconcile.silver_vs_reference(found, expected)
-    assert tally.ok, tally.line()
+    assert tally.ok, "\n".join([tally.line(), *_unlike(found, expected)])
+
+
+def _unlike(found: reference.Expected, expected: reference.Expected) -> list[str]:
+    """A few rows of each table whose values differ, found against expected."""
+    lines = []
+    for table, pairs in expected.tables().items():
+        want = dict(pairs)
+        unlike = [(k, v) for k, v in found.tables()[table] if k in want and want[k] != v]
+        lines += [f"{table} {k}: {v} != {want[k]}" for k, v in unlike[:3]]
+    return lines
 
 
 def only(found: reference.Expected, sessions: set[tuple[str, str | None]]) -> reference.Expected:

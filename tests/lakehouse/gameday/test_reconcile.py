@@ -8,7 +8,6 @@ from collections import Counter
 from datetime import datetime
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,8 +55,8 @@ RECORDS = [(r.topic, r.partition, o, r.value) for o, r in enumerate(generate_tra
 
 
 def test_silver_equal_to_the_reference_passes_and_a_copied_row_change_is_doubled() -> None:
-    expected = reference.reconstruct(RECORDS)
-    same = reference.reconstruct(list(reversed(RECORDS)))
+    expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
+    same = reference.reconstruct(list(reversed(RECORDS)), SPEC.topic_prefix)
     assert reconcile.silver_vs_reference(same, expected).ok
     same.changes.append(same.changes[0])
     del same.rows[0]
@@ -67,8 +66,8 @@ def test_silver_equal_to_the_reference_passes_and_a_copied_row_change_is_doubled
 
 
 def test_a_row_held_twice_with_its_own_values_is_one_doubled_row() -> None:
-    expected = reference.reconstruct(RECORDS)
-    found = reference.reconstruct(RECORDS)
+    expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
+    found = reference.reconstruct(RECORDS, SPEC.topic_prefix)
     found.rows.append(found.rows[1])
     found.sessions.append(found.sessions[0])
     tally = reconcile.silver_vs_reference(found, expected)
@@ -78,8 +77,8 @@ def test_a_row_held_twice_with_its_own_values_is_one_doubled_row() -> None:
 
 @pytest.mark.parametrize("column", [0, 5, 6, 8])  # temperature, sensor, event time, partition
 def test_a_row_change_with_one_value_changed_is_altered(column: int) -> None:
-    expected = reference.reconstruct(RECORDS)
-    found = reference.reconstruct(RECORDS)
+    expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
+    found = reference.reconstruct(RECORDS, SPEC.topic_prefix)
     key, values = found.changes[3]
     changed = values[column] + 1 if isinstance(values[column], int | float) else "sensor-x"
     found.changes[3] = (key, (*values[:column], changed, *values[column + 1 :]))
@@ -89,8 +88,8 @@ def test_a_row_change_with_one_value_changed_is_altered(column: int) -> None:
 
 
 def test_a_violation_lost_in_one_partition_and_doubled_in_another_does_not_net_to_zero() -> None:
-    expected = reference.reconstruct(RECORDS)
-    found = reference.reconstruct(RECORDS)
+    expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
+    found = reference.reconstruct(RECORDS, SPEC.topic_prefix)
     (session, reason, topic, partition, offset), value = found.violations[0]
     found.violations[0] = ((session, reason, topic, 1 - partition, offset), value)
     tally = reconcile.silver_vs_reference(found, expected)
@@ -98,7 +97,7 @@ def test_a_violation_lost_in_one_partition_and_doubled_in_another_does_not_net_t
 
 
 def test_gold_reference_is_computed_from_what_was_sent_not_copied_from_silver() -> None:
-    expected = reference.reconstruct(RECORDS)
+    expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
     changes, sessions, violations = gold_reference.silver_frames(expected)
     summary = gold_reference.summary_reference(sessions, violations)
     hourly = gold_reference.hourly_reference(changes)
