@@ -304,8 +304,9 @@ def retention_loss(day: Day, step: Step) -> None:
     admin = AdminClient({"bootstrap.servers": day.space.bootstrap})
     deleted = admin.delete_records([TopicPartition(topic, partition, low + step.records)])
     for future in deleted.values():
-        # The broker's log-start offset after the deletion: what Kafka itself lost.
-        day.lost_in_kafka.append((topic, partition, 0, future.result(30).low_watermark))
+        # Kafka's loss: from the first record sent while the pipeline was stopped (bronze
+        # read every one before it) to the log-start offset its broker answers now.
+        day.lost_in_kafka.append((topic, partition, low, future.result(30).low_watermark))
     with day.pipeline.log.open("ab") as out:
         bronze = lakehouse(day.space, "run", "bronze", stdout=out)
         code = ended(bronze, RECOVERY_S)
