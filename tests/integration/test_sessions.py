@@ -126,7 +126,7 @@ def test_a_pipeline_stopped_longer_than_the_timeout_changes_no_answer(
 
     reconstruct.run(spark, s, StreamRun(full_refresh=True))  # the same bronze in one batch
 
-    assert silver_tables(spark, s) == found
+    assert_matches(silver_tables(spark, s), found)
     assert sorted(_without_batch_ids(table(spark, s, "silver.sessions"))) == before
 
 
