@@ -5,7 +5,6 @@ lives to say it) and a rerun that loses and doubles nothing."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
 import time
@@ -18,7 +17,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from bronze import sensor_records
-from lakehouse import PROJECT_ROOT
 from lakehouse.core.errors import LakehouseError
 from lakehouse.core.settings import Settings, StorageSettings, load_settings
 from lakehouse.definitions import MODELS, TABLES, VERSIONED, at_versions
@@ -42,13 +40,14 @@ from lakehouse.storage import catalog, delta
 from lakehouse.storage.buckets import bucket_and_prefix
 from lakehouse.storage.lease import TableLease
 from silver import reconstruct
-from tests.support import S3_KEYS, lakehouse_command
+from tests.support import S3_KEYS
 from tests.support.bronze_tables import kafka_records, write_bronze
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
 from tests.support.s3 import (
     FAIL_FAST,
     PREFIX,
     SPEC,
+    lakehouse_through,
     read_s3,
     run_stalled,
     s3_env,
@@ -139,15 +138,7 @@ def run_struck(
         return job
 
     with proxy(upstream, moment, strike(current)) as fault:
-        job = subprocess.Popen(
-            lakehouse_command(*args),
-            env={**os.environ, **env, "LAKEHOUSE__S3__ENDPOINT": fault.endpoint},
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            text=True,
-            start_new_session=True,  # its JVM in its group: a kill takes both
-        )
+        job = lakehouse_through(fault.endpoint, args, env, log)
         try:
             wait_struck(fault, 240, lambda: current().poll() is None)
             job.wait(300)

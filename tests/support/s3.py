@@ -115,6 +115,21 @@ def _trickle(client: socket.socket) -> None:
             client.sendall(b".")
 
 
+def lakehouse_through(
+    endpoint: str, args: tuple[str, ...], env: dict[str, str], log: Path
+) -> subprocess.Popen[str]:
+    """The CLI started with `args`, reaching S3 at `endpoint` (a proxy), its errors to `log`."""
+    return subprocess.Popen(
+        lakehouse_command(*args),
+        env={**os.environ, **env, "LAKEHOUSE__S3__ENDPOINT": endpoint},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        text=True,
+        start_new_session=True,  # its JVM in its group: a kill takes both
+    )
+
+
 def run_stalled(
     args: tuple[str, ...], env: dict[str, str], server: EmbeddedS3, leases: tuple[str, ...],
     log: Path,
@@ -127,15 +142,7 @@ def run_stalled(
     lease = r"^PUT /\S+/_leases/{}/"
     stall = Stall(upstream, lease.format(re.escape(leases[0])), lease.format(re.escape(leases[-1])))
     try:
-        job = subprocess.Popen(
-            lakehouse_command(*args),
-            env={**os.environ, **env, "LAKEHOUSE__S3__ENDPOINT": stall.endpoint},
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("w"),
-            text=True,
-            start_new_session=True,  # its JVM in its group: a kill takes both
-        )
+        job = lakehouse_through(stall.endpoint, args, env, log)
         try:
             job.wait(150)
         except subprocess.TimeoutExpired:  # it never stopped
