@@ -4,7 +4,6 @@ and forgives only the offsets an operator accepted as lost."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from datetime import datetime
 
 import pytest
@@ -98,17 +97,14 @@ def test_a_violation_lost_in_one_partition_and_doubled_in_another_does_not_net_t
 
 def test_gold_reference_is_computed_from_what_was_sent_not_copied_from_silver() -> None:
     expected = reference.reconstruct(RECORDS, SPEC.topic_prefix)
-    changes, sessions, violations = gold_reference.silver_frames(expected)
+    _, sessions, violations = gold_reference.silver_frames(expected)
     summary = gold_reference.summary_reference(sessions, violations)
-    hourly = gold_reference.hourly_reference(changes)
     sent = [json.loads(v) for *_, v in RECORDS if v.startswith(b"{") and v.endswith(b"}")]
-    updates = Counter(m["sensor_id"] for m in sent if m["kind"] == "update")
-    assert sum(r["updates"] for r in hourly.values()) <= sum(updates.values())
     for (sensor, session), row in summary.items():
         mine = [m for m in sent if (m["sensor_id"], m["session_id"]) == (sensor, session)]
         times = [datetime.fromisoformat(m["event_time"]).replace(tzinfo=None) for m in mine]
         assert (row["started_at"], row["ended_at"]) == (min(times), max(times))
-        assert row["records"] >= len(mine)
+        assert row["records"] == len(mine)  # the record cut in half names no session
     named = [session for (session, *_), _ in expected.violations if session is not None]
     assert sum(r["violations"] for r in summary.values()) == len(named) > 2  # a gap quarantines
 
