@@ -62,9 +62,10 @@ def test_bronze_holds_every_record_exactly_once_byte_for_byte(
     quarantined = quarantined_rows(spark, settings.storage)
     caught = [r.expectation for r in quarantined]
     every = rows + as_tuples(quarantined)
+    # The sets first: a failure lists the very records lost or made up, not only a count.
+    assert set(every) == consume_all(kafka_bootstrap, prefix)
     assert len(every) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
     assert len({r[:3] for r in every}) == len(every), "(topic, partition, offset) must be unique"
-    assert set(every) == consume_all(kafka_bootstrap, prefix)
     assert {(t, p) for t, p, *_ in rows} == {
         (f"{prefix}sensor-00{i}", p) for i in (1, 2, 3) for p in (0, 1)
     }
