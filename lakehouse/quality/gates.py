@@ -10,6 +10,7 @@ reports it over whole tables.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import reduce
@@ -316,11 +317,16 @@ def counted_outcome(check: Check, counts: Mapping[str, int]) -> Outcome:
     )
 
 
-def _observed(observation: Observation) -> dict[str, Any] | None:
+def _observed(observation: Observation, wait_s: float = 0.1) -> dict[str, Any] | None:
     """What `observation` saw, or None where its frame never ran. PySpark's `get` would wait
-    for ever; the JVM's own answer waits at most 100 ms."""
-    seen = observation._jo.getRowOrEmpty() if observation._jo is not None else None
-    return observation.get if seen is not None and seen.isDefined() else None
+    for ever: the JVM's answer is waited for at most `wait_s` (Spark's listener bus hands it
+    over just after the action)."""
+    if observation._jo is None:
+        return None
+    answer, deadline = observation._jo.future(), time.monotonic() + wait_s
+    while not answer.isCompleted() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return observation.get if answer.isCompleted() else None
 
 
 @dataclass

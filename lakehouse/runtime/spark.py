@@ -42,6 +42,8 @@ session on the embedded cluster sets PYSPARK_PYTHON to its executors' (which lac
 project) for the rest of the process."""
 
 STATE_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+ROW_CHECKSUMS = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 
@@ -50,6 +52,32 @@ SECRET = re.compile(r"(?i)secret|password|token|access[.]?key")
 """Names of Spark properties that hold a secret, as Spark's own redaction knows them."""
 _SECRET_IN_VALUE = re.compile(r"(?i)(?:secret|password|token)=")
 """A secret inside a value: a metastore URL's `password=`."""
+
+
+STATE_STORE = {
+    # RocksDB keeps large session state off the JVM heap, and the transformWithState
+    # family refuses any other provider; it cannot be changed on an existing checkpoint.
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    # Checkpoints with unique ids per state version: in format 1 a job killed while
+    # uploading a state version was seen to restore wrong state on restart, silently
+    # (tests/integration/test_faults.py). A checkpoint keeps the format it was begun in.
+    STATE_FORMAT: "2",
+    # ... and bounded: one block cache and write buffer budget for every state store
+    # instance of the JVM, rather than per instance, so that the process's memory beyond
+    # the heap does not grow with the number of shuffle partitions.
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+    # A checksum on every state row (Spark 4.2), checked whenever state is loaded from
+    # the checkpoint: a corrupt state file stops the stream rather than rebuilding
+    # sessions from wrong rows. A checkpoint keeps the choice it was begun with, so one
+    # begun before 4.2 runs on without (docs/operations.md, "Upgrading").
+    ROW_CHECKSUMS: "true",
+    # Each state version's changes as a file beside the snapshots: what Spark 4.2's
+    # snapshot repair (on by default) replays from an older snapshot when the latest
+    # will not load. An existing checkpoint may turn it on or off.
+    CHANGELOG: "true",
+}
+"""How every stateful stream keeps its state (silver's sessions)."""
 
 
 def secret(key: str, value: str) -> bool:
@@ -111,18 +139,7 @@ def spark_conf(
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": str(spark_settings.shuffle_partitions),
-        # RocksDB keeps large session state off the JVM heap, and the transformWithState
-        # family refuses any other provider; it cannot be changed on an existing checkpoint.
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        # Checkpoints with unique ids per state version: in format 1 a job killed while
-        # uploading a state version was seen to restore wrong state on restart, silently
-        # (tests/integration/test_faults.py). A checkpoint keeps the format it was begun in.
-        STATE_FORMAT: "2",
-        # ... and bounded: one block cache and write buffer budget for every state store
-        # instance of the JVM, rather than per instance, so that the process's memory beyond
-        # the heap does not grow with the number of shuffle partitions.
-        "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-        "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+        **STATE_STORE,
         "spark.sql.session.timeZone": "UTC",
         # Spark keeps the classes it generates for 100 plans (by their source) and compiles
         # again any plan it evicted. One silver batch runs about 136 plans (its stream,
@@ -244,6 +261,9 @@ def s3a_conf(settings: Settings, services: Reached) -> dict[str, str]:
         "spark.hadoop.fs.s3a.path.style.access": str(s3.path_style).lower(),
         "spark.hadoop.fs.s3a.connection.establish.timeout": hung,
         "spark.hadoop.fs.s3a.connection.timeout": hung,
+        # Hadoop 3.5 reads through its analytics stream by default; the lake was proven on
+        # S3-compatible servers (SeaweedFS, MinIO) with the classic one.
+        "spark.hadoop.fs.s3a.input.stream.type": "classic",
     }
     if services.s3_endpoint:
         conf["spark.hadoop.fs.s3a.endpoint"] = services.s3_endpoint
