@@ -70,7 +70,7 @@ STATE_STORE = {
     # A checksum on every state row (Spark 4.2), checked whenever state is loaded from
     # the checkpoint: a corrupt state file stops the stream rather than rebuilding
     # sessions from wrong rows. A checkpoint keeps the choice it was begun with, so one
-    # begun before 4.2 runs on without (docs/operations.md, "Upgrading").
+    # begun before 4.2 runs on without (docs/operations.md, "Upgrading the platform").
     ROW_CHECKSUMS: "true",
     # Each state version's changes as a file beside the snapshots: what Spark 4.2's
     # snapshot repair (on by default) replays from an older snapshot when the latest
