@@ -144,6 +144,14 @@ def _metastore(spark: SparkSession) -> Any:
 def is_delta(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
+    if DeltaTable.isDeltaTable(spark, path):
+        return True
+    # Delta answers from the log it cached for the path when it last found no table: one
+    # another process made since (bronze, for a `shadow run` that waits on it) stays unseen.
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    location = jvm.org.apache.hadoop.fs.Path(path)
+    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(spark._jsparkSession, location)
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 

@@ -21,7 +21,7 @@ from lakehouse.core.settings import load_settings
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.services.kafka import EmbeddedKafka, client_options, watermarks
-from lakehouse.storage import delta, positions
+from lakehouse.storage import catalog, delta, positions
 from silver.parsing import keyed_records
 from tests.support import overrides, run_lakehouse, settings_for
 from tests.support.kafka import FAULTS, as_tuples, consume_all, quarantined_rows
@@ -325,6 +325,21 @@ def test_a_table_folder_left_without_its_first_commit_becomes_the_table_on_the_n
     table = spark.read.format("delta").load(path)
     assert table.schema == spark.createDataFrame([], sensor_records.TABLE.columns).schema
     assert table.count() == 0
+
+
+def test_a_table_another_process_makes_after_this_one_looked_mid_create_is_seen(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    made, seen = tmp_path / "made", tmp_path / "seen"
+    # A look while another process creates the table (its log's folder, no commit yet)...
+    (seen / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    assert not catalog.is_delta(spark, seen.as_uri())
+    # ... then its commit lands, which this JVM is not told of (a shadow's silver waiting
+    # on the live bronze waited for ever on Delta's cached answer).
+    spark.range(3).write.format("delta").save(made.as_uri())
+    shutil.copytree(made, seen, dirs_exist_ok=True)
+
+    assert catalog.is_delta(spark, seen.as_uri())
 
 
 KAFKA_PASSWORD = 'a "quoted" pass\\word\'s'
