@@ -85,7 +85,9 @@ BRONZE_MOMENTS = {
 SILVER = "silver/sessions_stream"
 SILVER_MOMENTS = (
     in_next_batch(
-        "during the state store's checkpoint", rf"^PUT /\S+/_checkpoints/{SILVER}/state/\S+\.zip",
+        # A batch's state goes up as its changes (RocksDB's changelog), or whole (a snapshot).
+        "during the state store's checkpoint",
+        rf"^PUT /\S+/_checkpoints/{SILVER}/state/\S+\.(changelog|zip)",
         SILVER,
     ),
     in_next_batch(
