@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 from bronze import kafka_changes, sensor_records
 from lakehouse.core.errors import LakehouseError
-from lakehouse.core.settings import load_settings
+from lakehouse.core.settings import Settings, load_settings
 from lakehouse.ops.producer import MAX_VALUE_BYTES, TrafficSpec, produce
 from lakehouse.runtime.streams import StreamRun
 from lakehouse.services.kafka import EmbeddedKafka, client_options, watermarks
@@ -64,12 +64,7 @@ def test_bronze_holds_every_record_exactly_once_byte_for_byte(
     every = rows + as_tuples(quarantined)
     # The sets first: a failure lists the very records lost or made up, not only a count,
     # and says whether Spark planned short of Kafka's ends or skipped inside its plan.
-    checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
-    read_to = positions.kafka_offsets(spark, checkpoint)
-    ends = {tp: end for tp, (_, end) in watermarks(settings).items()}
-    assert set(every) == consume_all(kafka_bootstrap, prefix), (
-        f"bronze read Kafka up to {read_to}; Kafka ends at {ends}"
-    )
+    assert set(every) == consume_all(kafka_bootstrap, prefix), _where_bronze_read(spark, settings)
     assert len(every) == report.records == 18 * 42 - FAULTS["gap"] + FAULTS["duplicate"]
     assert len({r[:3] for r in every}) == len(every), "(topic, partition, offset) must be unique"
     assert {(t, p) for t, p, *_ in rows} == {
@@ -81,6 +76,14 @@ def test_bronze_holds_every_record_exactly_once_byte_for_byte(
     )
     assert all(r[3] is not None and len(r[4]) <= MAX_VALUE_BYTES for r in rows)
     assert sum(sensor_records.rows_by_topic(spark, settings).values()) == len(rows)
+
+
+def _where_bronze_read(spark: SparkSession, settings: Settings) -> str:
+    checkpoint = settings.storage.checkpoint_uri(sensor_records.CHECKPOINT)
+    ends = {tp: end for tp, (_, end) in watermarks(settings).items()}
+    return (
+        f"bronze read Kafka up to {positions.kafka_offsets(spark, checkpoint)}; it ends at {ends}"
+    )
 
 
 def test_second_run_ingests_only_new_records(
